@@ -59,7 +59,7 @@ LIB_A := $(BUILD)/libpagestream.a
 LIB_SO := $(BUILD)/libpagestream.so
 CLI := $(BUILD)/pagestream
 
-.PHONY: all deps deps-test demo test unit asan valgrind fuzz bench install install-python clean check-deps
+.PHONY: all deps deps-test demo test unit asan asan-build valgrind fuzz bench install install-python clean check-deps
 all: $(LIB_SO) $(LIB_A) $(CLI) $(BUILD)/pagestream.pc $(TEST_BIN) $(TOOL_BIN)
 
 $(BUILD)/%.o: %.c
@@ -112,14 +112,16 @@ test: deps-test
 unit: all
 	@tests/run.sh --unit $(BUILD)
 
-asan:
+asan-build:
 	@$(MAKE) --no-print-directory BUILD=build-asan CUDA=0 CC=clang OPT=-O1 \
 	    CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
 	    LDFLAGS="-fsanitize=address,undefined" build-asan/libpagestream.a $(TEST_SRC:tests/%.c=build-asan/tests/%)
-	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run.sh --unit --tag asan build-asan
+
+asan: asan-build
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run.sh --unit build-asan
 
 valgrind: all
-	@tests/run.sh --unit --valgrind --tag valgrind $(BUILD)
+	@tests/run.sh --unit --valgrind $(BUILD)
 
 FUZZ_SRC := $(sort $(wildcard tests/fuzz_*.c))
 fuzz:

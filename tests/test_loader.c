@@ -558,6 +558,42 @@ static int test_close_mid_epoch(void)
     return 0;
 }
 
+/* The fault matrix on a local file: errors, 429s, resets, short reads,
+ * corrupted reads and stalls; every sample still arrives once and intact. */
+static int test_fault_matrix_exactly_once(void)
+{
+    const uint64_t n = 4000;
+    char path[300], err[PS_ERRLEN];
+
+    snprintf(path, sizeof path, "%s/fault.pgs", dir);
+    CHECK_RC(make_ds(path, n, 65536, 3000, 0, 10));
+    for (int order = PS_ORDER_RANDOM; order <= PS_ORDER_QUASI_RANDOM; order++) {
+        struct ps_options o;
+        struct run_result r;
+        uint32_t *count = calloc(n, sizeof *count);
+        raw_opts(&o);
+        o.order = order;
+        o.batch_size = 32;
+        o.drop_last = 0;
+        o.cache_size = 16 * 65536;
+        o.retries = 10;
+        o.fault = "seed=7,error=0.05,http429=0.01,reset=0.01,short=0.01,corrupt=0.01,stall=0.001,stall_ms=300";
+        CHECKF(run_epochs(path, &o, 2, count, n, 3000, 65536, 0, &r, err) == 0, "order %d: %s", order, err);
+        CHECKF(r.bad_bytes == 0, "order %d: %llu corrupted samples delivered", order, (unsigned long long)r.bad_bytes);
+        for (uint64_t i = 0; i < n; i++)
+            CHECKF(count[i] == 2, "order %d: sample %llu delivered %u times in 2 epochs", order,
+                   (unsigned long long)i, count[i]);
+        printf("# fault matrix, %s: 2 epochs x %llu samples, %llu reads, %llu retries, %llu re-reads after "
+               "checksum failures\n",
+               order == PS_ORDER_RANDOM ? "random" : "quasi_random", (unsigned long long)n,
+               (unsigned long long)r.st.reads, (unsigned long long)r.st.retries, (unsigned long long)r.st.refetches);
+        CHECK(r.st.retries > 0);
+        CHECK(r.st.refetches > 0);
+        free(count);
+    }
+    return 0;
+}
+
 static int setup(void)
 {
     snprintf(dir, sizeof dir, "/tmp/ps_test_loader.%d", (int)getpid());
@@ -578,7 +614,7 @@ int main(int argc, char **argv)
         T(test_exactly_once_all_orders), T(test_ranks_disjoint_union), T(test_second_epoch_no_reads),
         T(test_quasi_quarter_cache_amplification), T(test_random_small_cache_reads_samples),
         T(test_spanning_samples), T(test_resume_identical), T(test_held_batches_not_overwritten),
-        T(test_errors), T(test_empty_dataset), T(test_close_mid_epoch),
+        T(test_errors), T(test_empty_dataset), T(test_close_mid_epoch), T(test_fault_matrix_exactly_once),
     };
     int rc;
     if (setup() != 0) {
