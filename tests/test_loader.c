@@ -594,6 +594,108 @@ static int test_fault_matrix_exactly_once(void)
     return 0;
 }
 
+/* FFCV .beton fixtures through the loader: every sample once, bytes equal to
+ * the file's bytes at the manifest's pointer, labels equal to the manifest. */
+static int beton_fixture(const char *name, int transform)
+{
+    char path[512], csv[512], line[2048], err[PS_ERRLEN];
+    uint64_t *ptr = NULL, *size = NULL, n = 0;
+    int64_t *label = NULL;
+    uint8_t *file = NULL;
+    long fsize;
+    FILE *f;
+
+    snprintf(path, sizeof path, "../shared/fixtures/ffcv/%s.beton", name);
+    snprintf(csv, sizeof csv, "../shared/fixtures/ffcv/%s.manifest.csv", name);
+    f = fopen(csv, "r");
+    if (!f)
+        SKIP("%s not found (CI clones the repository with ../shared beside it)", csv);
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long idx, p, sz;
+        long long lab;
+        char *q;
+        if (line[0] < '0' || line[0] > '9')
+            continue;
+        /* index,mode,w,h,"[shape]",ptr,size,sha,label,... */
+        q = strchr(line, ']');
+        if (!q || sscanf(line, "%llu", &idx) != 1 || sscanf(q + 2, ",%llu,%llu,%*64[0-9a-f],%lld", &p, &sz, &lab) != 3)
+            continue;
+        ptr = realloc(ptr, (n + 1) * sizeof *ptr);
+        size = realloc(size, (n + 1) * sizeof *size);
+        label = realloc(label, (n + 1) * sizeof *label);
+        CHECK(idx == n);
+        ptr[n] = p;
+        size[n] = sz;
+        label[n] = lab;
+        n++;
+    }
+    fclose(f);
+    CHECKF(n == 300, "%s: %llu manifest rows", csv, (unsigned long long)n);
+    f = fopen(path, "rb");
+    CHECK(f != NULL);
+    fseek(f, 0, SEEK_END);
+    fsize = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    file = malloc((size_t)fsize);
+    CHECK(fread(file, 1, (size_t)fsize, f) == (size_t)fsize);
+    fclose(f);
+    for (int order = 0; order <= 2; order++) {
+        struct ps_options o;
+        ps_loader *l;
+        uint32_t *count = calloc(n, sizeof *count);
+        int rc;
+        raw_opts(&o);
+        o.transform = transform;
+        o.crop = 64;
+        o.order = order;
+        o.batch_size = 16;
+        o.drop_last = 0;
+        o.cache_size = 2 * (2u << 20);
+        CHECKF(ps_loader_open(path, &o, &l, err) == 0, "%s", err);
+        for (;;) {
+            struct ps_batch *b;
+            rc = ps_loader_next(l, &b);
+            if (rc == PS_EPOCH_END)
+                break;
+            CHECKF(rc == 0, "%s", ps_loader_errmsg(l));
+            for (uint32_t i = 0; i < b->n; i++) {
+                uint64_t id = b->ids[i];
+                CHECK(id < n);
+                count[id]++;
+                CHECKF(b->labels[i] == label[id], "sample %llu: label %lld, manifest %lld", (unsigned long long)id,
+                       (long long)b->labels[i], (long long)label[id]);
+                if (transform == PS_TRANSFORM_NONE)
+                    CHECKF(b->sizes[i] == size[id] && memcmp(b->data[i], file + ptr[id], size[id]) == 0,
+                           "%s sample %llu: bytes differ from the file at the manifest's pointer", name,
+                           (unsigned long long)id);
+            }
+            ps_batch_release(b);
+        }
+        for (uint64_t i = 0; i < n; i++)
+            CHECKF(count[i] == 1, "%s order %d: sample %llu delivered %u times", name, order, (unsigned long long)i,
+                   count[i]);
+        ps_loader_close(l);
+        free(count);
+    }
+    free(ptr);
+    free(size);
+    free(label);
+    free(file);
+    return 0;
+}
+
+static int test_beton_jpg_fixture(void)
+{
+    int rc = beton_fixture("ffcv_jpg_int", PS_TRANSFORM_NONE);
+    return rc ? rc : beton_fixture("ffcv_jpg_int", PS_TRANSFORM_RANDOM_RESIZED_CROP);
+}
+
+static int test_beton_raw_fixture(void)
+{
+    int rc = beton_fixture("ffcv_raw_int_float_bytes", PS_TRANSFORM_NONE);
+    return rc ? rc : beton_fixture("ffcv_raw_int_float_bytes", PS_TRANSFORM_CENTER_CROP);
+}
+
 static int setup(void)
 {
     snprintf(dir, sizeof dir, "/tmp/ps_test_loader.%d", (int)getpid());
@@ -615,6 +717,7 @@ int main(int argc, char **argv)
         T(test_quasi_quarter_cache_amplification), T(test_random_small_cache_reads_samples),
         T(test_spanning_samples), T(test_resume_identical), T(test_held_batches_not_overwritten),
         T(test_errors), T(test_empty_dataset), T(test_close_mid_epoch), T(test_fault_matrix_exactly_once),
+        T(test_beton_jpg_fixture), T(test_beton_raw_fixture),
     };
     int rc;
     if (setup() != 0) {
