@@ -213,12 +213,16 @@ static void sq_push(struct ps_loader *l, uint64_t unit)
     l->submitq[l->sq_tail++ % l->sq_cap] = unit;
 }
 
-/* Admit as many tasks as slots and read depth allow. Lock held. */
-static void admit(struct ps_loader *l)
+/* Admit as many tasks as slots and read depth allow. Lock held.
+ * Returns 1 when it stopped only because of its per-call budget. */
+static int admit(struct ps_loader *l)
 {
     const uint64_t B = l->o.batch_size;
+    /* bounded per call: with everything cached, admission would otherwise
+     * walk a whole epoch while holding the lock the workers need */
+    uint32_t budget = 4096;
 
-    while (!l->stop && !l->error) {
+    while (!l->stop && !l->error && budget--) {
         uint64_t g = l->admit_g, f, end_of_plan;
         uint32_t cnt, sample, need = 0;
         struct plan_rt *pr = plan_of_task(l, g);
@@ -281,6 +285,7 @@ static void admit(struct ps_loader *l)
         l->admit_g++;
         pthread_cond_broadcast(&l->cv_work);
     }
+    return budget == UINT32_MAX;
 }
 
 /* One completed read: verify, publish, re-read on a bad checksum. Lock held. */
@@ -355,12 +360,12 @@ static void *io_main(void *arg)
 
     pthread_mutex_lock(&l->mu);
     for (;;) {
-        int nreq = 0, done = 0, n;
+        int nreq = 0, done = 0, n, more = 0;
 
         if ((l->stop || l->error) && l->inflight == 0)
             break;
         if (!l->stop && !l->error)
-            admit(l);
+            more = admit(l);
         while (!l->stop && !l->error && l->sq_head < l->sq_tail && nreq < 64) {
             uint64_t u = l->submitq[l->sq_head++ % l->sq_cap], off, len;
             unit_range(l, u, &off, &len);
@@ -372,6 +377,13 @@ static void *io_main(void *arg)
         /* count them in flight before any completion can be handled */
         l->inflight += (uint32_t)nreq;
         l->read_requests += (uint64_t)nreq;
+        if (nreq == 0 && l->inflight == 0 && more) {
+            /* let the workers have the lock, then admit more */
+            pthread_mutex_unlock(&l->mu);
+            sched_yield();
+            pthread_mutex_lock(&l->mu);
+            continue;
+        }
         if (nreq == 0 && l->inflight == 0) {
             /* nothing to read: wait until a worker frees a reference or a plan arrives */
             struct timespec ts;
