@@ -227,9 +227,9 @@ int main(int argc, char **argv)
                 fprintf(stderr, "io_read: %s\n", ps_io_errmsg(io)[0] ? ps_io_errmsg(io) : ps_strerror(n));
                 return 1;
             }
-            /* give back what was not accepted */
-            for (int i = n; i < nb; i++)
-                next -= batch[i].length;
+            /* what was not accepted goes again next time */
+            if (n < nb)
+                next = batch[n].offset;
             nfree -= n;
             inflight += n;
         }

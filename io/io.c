@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,8 +73,10 @@ int ps_io_open(const char *url, const struct ps_io_opts *opts, struct ps_io **ou
             ops = &ps_io_posix_ops;
         rc = ops->open(path, opts, &io->priv, &io->size, err);
         if (rc == -ENOSYS && opts->uring < 0) {
-            /* io_uring disabled (sysctl, seccomp, old kernel): fall back once, loudly */
-            ps_log(PS_LOG_NOTICE, "io_uring unavailable (%s), reading %s with pread", err, io->name);
+            /* io_uring disabled (sysctl, seccomp, old kernel): fall back, loudly once per process */
+            static atomic_int told;
+            ps_log(atomic_exchange(&told, 1) ? PS_LOG_DEBUG : PS_LOG_NOTICE,
+                   "io_uring unavailable (%s), reading %s with pread", err, io->name);
             ops = &ps_io_posix_ops;
             rc = ops->open(path, opts, &io->priv, &io->size, err);
         }

@@ -49,7 +49,7 @@ struct rq {
     int fault;                /* fault rolled for the read in flight */
     int state;
     int after_timer;
-    int64_t res;              /* RQ_FAILED: the error to deliver */
+    int64_t res;              /* the result to deliver */
     struct __kernel_timespec ts;
     struct rq *next;          /* free list, or the failed FIFO */
 };
@@ -73,6 +73,7 @@ struct uring {
     struct rq *failed_head, *failed_tail;
     struct iovec *reg;        /* registered buffers (NULL: plain reads) */
     int nreg;
+    int reg_refused;          /* the kernel said no once: do not pin memory again to hear it twice */
     struct ps_fault *fault;
     uint64_t faults;
     struct ps_io_stats st;
@@ -193,8 +194,8 @@ static void attempt(struct uring *u, struct rq *r)
 static void set_fail_msg(struct uring *u, struct rq *r, int64_t res)
 {
     (void)ps_seterr(u->err, 0, "%s: read of %llu bytes at %llu failed: %s (after %d attempt%s)", u->path,
-             (unsigned long long)r->req.length, (unsigned long long)r->req.offset, ps_strerror((int)res),
-             r->attempts + 1, r->attempts ? "s" : "");
+                    (unsigned long long)r->req.length, (unsigned long long)r->req.offset, ps_strerror((int)res),
+                    r->attempts + 1, r->attempts ? "s" : "");
 }
 
 /* A read attempt finished: deliver, resubmit the rest, retry, or fail. Returns 1 when r is complete. */
@@ -228,8 +229,8 @@ static int read_done(struct uring *u, struct rq *r, int res)
     }
     if (res == 0) {
         (void)ps_seterr(u->err, 0, "%s: read of %llu bytes at %llu past end of file (it ended at %llu)",
-                 u->path, (unsigned long long)r->req.length, (unsigned long long)r->req.offset,
-                 (unsigned long long)(r->req.offset + r->done));
+                        u->path, (unsigned long long)r->req.length, (unsigned long long)r->req.offset,
+                        (unsigned long long)(r->req.offset + r->done));
         r->res = -EIO;
         return 1;
     }
@@ -331,16 +332,18 @@ static int u_submit(void *priv, const struct ps_io_req *reqs, int n)
         u->outstanding++;
         if (q->offset > u->size || q->length > u->size - q->offset) {
             (void)ps_seterr(u->err, 0, "%s: read of %llu bytes at %llu past end of file (size %llu)", u->path,
-                     (unsigned long long)q->length, (unsigned long long)q->offset, (unsigned long long)u->size);
+                            (unsigned long long)q->length, (unsigned long long)q->offset,
+                            (unsigned long long)u->size);
             fail_rq(u, r, -EIO);
             continue;
         }
         if (u->direct && (((uintptr_t)q->buf | q->offset) % DIRECT_ALIGN ||
                           (q->length % DIRECT_ALIGN && q->offset + q->length != u->size))) {
             (void)ps_seterr(u->err, 0,
-                     "%s: O_DIRECT read needs buffer, offset and length aligned to %u bytes "
-                     "(buffer %p, offset %llu, length %llu)",
-                     u->path, DIRECT_ALIGN, q->buf, (unsigned long long)q->offset, (unsigned long long)q->length);
+                            "%s: O_DIRECT read needs buffer, offset and length aligned to %u bytes "
+                            "(buffer %p, offset %llu, length %llu)",
+                            u->path, DIRECT_ALIGN, q->buf, (unsigned long long)q->offset,
+                            (unsigned long long)q->length);
             fail_rq(u, r, -EINVAL);
             continue;
         }
@@ -354,7 +357,7 @@ static int u_submit(void *priv, const struct ps_io_req *reqs, int n)
             if (u->tail_fd < 0) {
                 rc = -errno;
                 (void)ps_seterr(u->err, 0, "%s: cannot open for the file's tail: %s", u->path,
-                         ps_strerror(rc));
+                                ps_strerror(rc));
                 fail_rq(u, r, rc);
                 continue;
             }
@@ -422,7 +425,7 @@ static int u_reap(void *priv, struct ps_io_cqe *cqes, int max, int min, int time
         rc = io_uring_submit_and_wait_timeout(&u->ring, &cqe, 1, tsp, NULL);
         if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
             (void)ps_seterr(u->err, 0, "%s: waiting for io_uring completions failed: %s", u->path,
-                     ps_strerror(rc));
+                            ps_strerror(rc));
             return n ? n : rc;
         }
     }
@@ -451,7 +454,7 @@ static int u_register(void *priv, void *base, size_t len)
         u->reg = NULL;
         u->nreg = 0;
     }
-    if (!base || !len)
+    if (!base || !len || u->reg_refused)
         return 0;
     if (nreg > MAX_REG) {
         ps_log(PS_LOG_DEBUG, "%s: %zu bytes of buffers are too many to register, using plain reads", u->path, len);
@@ -468,6 +471,7 @@ static int u_register(void *priv, void *base, size_t len)
     rc = io_uring_register_buffers(&u->ring, iov, (unsigned)nreg);
     if (rc < 0) {
         free(iov);
+        u->reg_refused = 1;
         /* ENOMEM/EPERM: RLIMIT_MEMLOCK too small to pin them; the reads work without, a little slower */
         ps_log(rc == -ENOMEM || rc == -EPERM ? PS_LOG_DEBUG : PS_LOG_NOTICE,
                "%s: cannot register %zu bytes of buffers with io_uring (%s), using plain reads", u->path, len,
@@ -558,7 +562,7 @@ static int file_size(int fd, const char *path, uint64_t *size, char *err)
     return 0;
 }
 
-/* Shared with posix.c through the ops: open with O_DIRECT, naming the path in every failure. */
+/* Open (O_DIRECT when asked) and size the file; every failure names the path. */
 static int open_file(const char *path, int direct, int *fdp, uint64_t *size, char *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0)), rc;

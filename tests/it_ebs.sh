@@ -36,6 +36,7 @@ cleanup() {
     rm -rf "$D"
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM
 mkdir -p "$D/mnt"
 fallocate -l 1G "$D/disk.img" || { fail ebs_setup "fallocate failed"; exit 0; }
 if ! LOOP=$(losetup --find --show --direct-io=on "$D/disk.img" 2>&1); then

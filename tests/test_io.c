@@ -38,8 +38,17 @@ static uint64_t rnd(void)
     return trng;
 }
 
+static void rm_tdir(void);
+
+/* One scratch folder at a time; a test that returned early leaves its folder to the next one or to exit. */
 static int mk_tdir(void)
 {
+    static int registered;
+    if (!registered) {
+        atexit(rm_tdir);
+        registered = 1;
+    }
+    rm_tdir();
     snprintf(tdir, sizeof tdir, "/tmp/ps_test_io.XXXXXX");
     return mkdtemp(tdir) ? 0 : -1;
 }
@@ -58,6 +67,7 @@ static void rm_tdir(void)
         }
     closedir(d);
     rmdir(tdir);
+    tdir[0] = 0;
 }
 
 /* A file of size bytes of random data; returns the data (caller frees). */
@@ -639,7 +649,9 @@ static int test_uring_seccomp_fallback(void)
         }
         o.uring = -1;
         cap = capture_stderr_begin(&saved);
+        ps_log_set_level(PS_LOG_DEBUG); /* the notice is said once per process, then at debug level */
         rc = ps_io_open(path, &o, &io, err);
+        ps_log_set_level(PS_LOG_NOTICE);
         log = capture_stderr_end(saved, cap);
         if (rc != 0 || strcmp(ps_io_backend(io), "pread") != 0) {
             fprintf(stderr, "child: auto: rc %d %s\n", rc, err);
