@@ -588,6 +588,12 @@ static int wait_unit(struct conv *c, uint64_t u, int threaded)
             break;
         }
         pthread_mutex_lock(&c->lock);
+        if (!c->inflight && c->units[u].state == U_IDLE) {
+            /* pick() always issues the unit the writer needs; if it did not, do not spin */
+            snprintf(c->errmsg, sizeof c->errmsg, "%s: internal error: read of %u bytes at %" PRIu64 " not issued",
+                     c->ds->name, c->units[u].len, c->units[u].off);
+            break;
+        }
     }
     st = c->units[u].state;
     pthread_mutex_unlock(&c->lock);
@@ -841,6 +847,10 @@ int cmd_convert(int argc, char **argv)
     cv.depth = io_opts.queue_depth > 0 ? io_opts.queue_depth : ps_io_depth(io);
     if (cv.depth > MAX_DEPTH)
         cv.depth = MAX_DEPTH;
+    /* as verify: a few whole-page reads in flight saturate a local disk; more only hold memory */
+    if (io_opts.queue_depth <= 0 && cv.depth > 8 && ds->page_size >= (1u << 20) &&
+        (strcmp(ps_io_backend(io), "io_uring") == 0 || strcmp(ps_io_backend(io), "pread") == 0))
+        cv.depth = 8;
     if (cv.depth < 1)
         cv.depth = 1;
     pthread_mutex_init(&cv.lock, NULL);

@@ -615,13 +615,23 @@ static void stage_pipeline(struct doctor *d)
         return;
     }
     r->threads = d->threads;
+    if (ps_loader_epoch_batches(l) == 0) {
+        r->rc = PS_ECONFIG;
+        snprintf(r->err, sizeof r->err, "%s: %llu samples make no full batch of %u: use a smaller --batch-size",
+                 d->ds->name, (unsigned long long)d->ds->nsamples, d->o.batch_size);
+        ps_loader_close(l);
+        return;
+    }
     deadline = t_open + (uint64_t)(d->seconds * 1e9);
     memset(&s0, 0, sizeof s0);
     for (;;) {
         struct ps_batch *b;
         rc = ps_loader_next(l, &b);
-        if (rc == PS_EPOCH_END)
+        if (rc == PS_EPOCH_END) {
+            if (ps_now_ns() >= deadline + (uint64_t)(60 * 1e9))
+                break; /* no batch for a minute past the deadline: report what there is */
             continue;
+        }
         if (rc < 0) {
             r->rc = rc;
             snprintf(r->err, sizeof r->err, "%s", ps_loader_errmsg(l));
@@ -645,13 +655,14 @@ static void stage_pipeline(struct doctor *d)
     ps_loader_stats(l, &s1);
     r->st = s1;
     if (t0 && r->batches) {
-        uint64_t payload = s1.payload_bytes - s0.payload_bytes, rd = s1.bytes_read - s0.bytes_read;
-        uint64_t h = s1.cache_hits - s0.cache_hits, m = s1.cache_misses - s0.cache_misses;
+        uint64_t payload = s1.payload_bytes - s0.payload_bytes;
+        /* amplification and hits over the whole run: pages read before the first batch count too */
+        uint64_t rd = s1.bytes_read, h = s1.cache_hits, m = s1.cache_misses;
         r->secs = (double)(ps_now_ns() - t0) / 1e9;
         r->images_s = (double)r->images / r->secs;
         r->mb_s = (double)payload / 1e6 / r->secs;
         r->cpu_ms = (s1.decode_cpu_s - s0.decode_cpu_s) * 1000.0 / (double)r->images;
-        r->amp = payload ? (double)rd / (double)payload : 0;
+        r->amp = s1.payload_bytes ? (double)rd / (double)s1.payload_bytes : 0;
         r->hit_rate = h + m ? (double)h / (double)(h + m) : 0;
         r->wait_io_s = s1.wait_io_s - s0.wait_io_s;
         r->wait_batch_s = s1.wait_batch_s - s0.wait_batch_s;
