@@ -60,7 +60,7 @@ for order in quasi_random random; do
 done
 
 # SIGINT: a clean stop with a report, exit 130
-"$PS" bench "$D/ds.pgs" --epochs 50 --transform none --batch-size 16 --cache-size 2M > "$D/int.log" 2>&1 &
+"$PS" bench "$D/ds.pgs" --epochs 50 --transform none --batch-size 16 --cache-size 2M --fault latency_ms=3 > "$D/int.log" 2>&1 &
 pid=$!
 sleep 0.7
 kill -INT $pid

@@ -400,18 +400,21 @@ def test_release_from_other_threads():
 def test_exit_with_live_tensors():
     """Interpreter exit with tensors alive, with a closed loader, or mid-epoch: a clean exit."""
     need_torch()
-    cases = {
-        "kept": "keep = [t for t, _ in zip(L, range(5))]",
-        "closed": "keep = [t for t, _ in zip(L, range(5))]; L.close()",
-        "midepoch": "it = iter(L); x = next(it)",
-        "deleted": "keep = [t for t, _ in zip(L, range(5))]; del L",
+    cases = {  # name: (tensors, code after the loader is made)
+        "closed": ("torch", "keep = [t for t, _ in zip(L, range(5))]; L.close()"),
+        "midepoch": ("torch", "it = iter(L); x = next(it)"),
+        "kept": ("numpy", "keep = [t for t, _ in zip(L, range(5))]"),
+        "deleted": ("numpy", "keep = [t for t, _ in zip(L, range(5))]; del L"),
     }
-    for name, body in cases.items():
-        code = ("import pagestream\nL = pagestream.Loader(%r, batch_size=16, crop=32, cache_size='1M')\n%s\n"
-                "print('done')\n" % (DS, body))
-        p = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           universal_newlines=True, timeout=60, env=py_env())
-        check(p.returncode == 0 and "done" in p.stdout, "%s: exit %d: %s" % (name, p.returncode, p.stdout[-300:]))
+    procs = {}
+    for name, (tensors, body) in cases.items():
+        code = ("import pagestream\nL = pagestream.Loader(%r, batch_size=16, crop=32, cache_size='1M', "
+                "tensors=%r)\n%s\nprint('done')\n" % (DS, tensors if np is not None else "torch", body))
+        procs[name] = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, universal_newlines=True, env=py_env())
+    for name, p in procs.items():
+        out, _ = p.communicate(timeout=120)
+        check(p.returncode == 0 and "done" in out, "%s: exit %d: %s" % (name, p.returncode, out[-300:]))
 
 
 def test_numpy_arrays():
@@ -539,10 +542,13 @@ def test_torchrun_4_ranks():
     child = os.path.join(HERE, "shard_child.py")
     env = py_env()
     how = []
-    for order, drop_last in (("quasi_random", "0"), ("random", "1")):
+    # the first launch through torchrun itself (when PyTorch has it), the second by hand with numpy arrays
+    for order, drop_last, launcher in (("quasi_random", "0", "torchrun"), ("random", "1", "env")):
         out = tempfile.mkdtemp(dir=TMP)
         args = [DS, out, "32", drop_last, order]
-        use_torchrun = torch is not None and torch.distributed.is_available()
+        use_torchrun = launcher == "torchrun" and torch is not None and torch.distributed.is_available()
+        if not use_torchrun:
+            args.append("numpy" if np is not None else "auto")
         if use_torchrun:
             # --redirects/--tee 1: Debian's torch 1.13 on Python 3.11 fails on the default "0"
             # (Std.from_str cannot find the zero IntFlag member)
@@ -560,7 +566,7 @@ def test_torchrun_4_ranks():
                 procs.append(subprocess.Popen([sys.executable, child] + args, env=e))
             for pr in procs:
                 check(pr.wait(timeout=240) == 0, "a rank failed")
-            how.append("env")
+            how.append("RANK/WORLD_SIZE env")
         res = []
         for r in range(4):
             with open(os.path.join(out, "rank%d.json" % r)) as f:
@@ -700,9 +706,9 @@ def _check_installed(site):
             "assert pagestream.library_path().startswith(%r), pagestream.library_path()\n"
             "assert pagestream.cli_path().startswith(%r), pagestream.cli_path()\n"
             "assert pagestream.inspect(%r)['samples'] == %d\n"
-            "with pagestream.Loader(%r, batch_size=8, crop=16, cache_size='1M') as L:\n"
+            "with pagestream.Loader(%r, batch_size=8, crop=16, cache_size='1M', tensors=%r) as L:\n"
             "    x, y = next(iter(L))\n"
-            "print('installed ok', tuple(x.shape))\n" % (site, site, DS, N, DS))
+            "print('installed ok', tuple(x.shape))\n" % (site, site, DS, N, DS, "numpy" if np is not None else "auto"))
     p = subprocess.run([sys.executable, "-c", code], env=env, cwd="/", stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, universal_newlines=True, timeout=120)
     check(p.returncode == 0 and "installed ok" in p.stdout, "installed package: %s" % p.stdout[-400:])
@@ -778,7 +784,7 @@ def test_python_overhead():
             waited = L.stats()["wait_batch_s"]
         return n / dt, (dt - waited) / dt
 
-    ratios, busy = [], []
+    runs, busy = [], []
     for r in range(5):
         if r % 2:
             p, b = py_rate()
@@ -786,14 +792,20 @@ def test_python_overhead():
         else:
             c = c_rate()
             p, b = py_rate()
-        ratios.append((p / c, p, c))
+        runs.append((p / c, p, c))
         busy.append(b)
-    ratios.sort()
-    ratio, p, c = ratios[len(ratios) // 2]
+    runs.sort()
+    ratio, p, c = runs[len(runs) // 2]
     busy_med = sorted(busy)[len(busy) // 2]
-    msg = ("median of 5: Python %.0f images/s, C API %.0f images/s, ratio %.3f (range %.3f..%.3f); "
-           "Python layer busy %.2f%% of the time" % (p, c, ratio, ratios[0][0], ratios[-1][0], 100 * busy_med))
+    cs = [x[2] for x in runs]
+    ps = [x[1] for x in runs]
+    # other work on the machine shows as runs of the same loader differing by half or more
+    noisy = max(cs) > 1.5 * min(cs) or max(ps) > 1.5 * min(ps)
+    msg = ("median of 5: Python %.0f images/s, C API %.0f images/s, ratio %.3f (range %.3f..%.3f%s); "
+           "Python layer busy %.2f%% of the time" % (p, c, ratio, runs[0][0], runs[-1][0],
+                                                    ", noisy machine: ratio not judged" if noisy else "",
+                                                    100 * busy_med))
     print("python overhead: " + msg, flush=True)
     check(busy_med < 0.05, "the Python layer takes %.1f%% of the consumer's time" % (100 * busy_med))
-    check(ratio >= 0.8, msg)
+    check(noisy or ratio >= 0.85, msg)
     return msg
