@@ -75,7 +75,8 @@ $(LIB_A): $(OBJ)
 	ar rcs $@ $^
 
 $(LIB_SO): $(OBJ)
-	$(CC) -shared -o $@ $^ $(LDFLAGS) $(PS_LIBS) -Wl,-soname,libpagestream.so.0
+	$(CC) -shared -o $@.0 $^ $(LDFLAGS) $(PS_LIBS) -Wl,-soname,libpagestream.so.0
+	ln -sf libpagestream.so.0 $@
 
 $(CLI): $(CLI_OBJ) $(LIB_A)
 	$(CC) -o $@ $(CLI_OBJ) $(LIB_A) $(LDFLAGS) $(PS_LIBS) $(CFLAGS)
@@ -138,7 +139,7 @@ bench: all
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libpagestream.so.0
+	install -m 755 $(LIB_SO).0 $(DESTDIR)$(PREFIX)/lib/libpagestream.so.0
 	ln -sf libpagestream.so.0 $(DESTDIR)$(PREFIX)/lib/libpagestream.so
 	install -m 644 include/pagestream.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/

@@ -202,5 +202,6 @@ void ps_batch_release(struct ps_batch *pub)
     b->next_free = l->free_bufs;
     l->free_bufs = b;
     pthread_cond_broadcast(&l->cv_work);
+    pthread_cond_broadcast(&l->cv_batch);
     pthread_mutex_unlock(&l->mu);
 }

@@ -1046,8 +1046,34 @@ int ps_loader_next(ps_loader *l, struct ps_batch **out)
         goto out;
     }
     a = &l->asmq[gb % (uint64_t)l->depth];
-    while (!l->error && !(a->gb == (int64_t)gb && a->state == ASM_READY))
-        pthread_cond_wait(&l->cv_batch, &l->mu);
+    {
+        uint64_t stuck_since = 0;
+        while (!l->error && !(a->gb == (int64_t)gb && a->state == ASM_READY)) {
+            /* Every buffer there can be is held by the caller: nothing can be
+             * filled until one comes back. Another thread may release one
+             * (tensors freed elsewhere), so wait a while before calling it a
+             * deadlock. */
+            int stuck = a->gb != (int64_t)gb && !ps_batch_available(l);
+            for (int i = 0; stuck && i < l->depth; i++)
+                stuck = l->asmq[i].buf == NULL;
+            if (stuck) {
+                struct timespec ts;
+                if (!stuck_since)
+                    stuck_since = ps_now_ns();
+                else if (ps_now_ns() - stuck_since > 10ull * 1000000000ull) {
+                    fail_locked(l, -EDEADLK, "all %d batch buffers are held by the caller: release batches "
+                                "(ps_batch_release) before asking for more", l->nbufs);
+                    break;
+                }
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_sec += 1;
+                pthread_cond_timedwait(&l->cv_batch, &l->mu, &ts);
+                continue;
+            }
+            stuck_since = 0;
+            pthread_cond_wait(&l->cv_batch, &l->mu);
+        }
+    }
     if (l->error) {
         rc = l->error;
         goto out;
