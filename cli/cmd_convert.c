@@ -1,8 +1,6 @@
 /*
- * cmd_convert.c - `pagestream convert IN OUT.pgs`: copy a .beton (or .pgs)
- * dataset into a .pgs, field by field, without re-encoding anything. Pages
- * are streamed through ps_io with several reads in flight, so IN may be on
- * S3 or HTTP and is never held whole; OUT streams through ps_out.
+ * cmd_convert.c - `pagestream convert IN OUT.pgs`: copy a .beton (or .pgs) into a .pgs without
+ * re-encoding, streaming IN's pages through ps_io (several reads in flight) and OUT through ps_out.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -254,16 +252,22 @@ static int build_schema(const struct ps_dataset *ds, int mixed_bytes, int quiet,
             snprintf(s->f[j].name, PS_FIELD_NAME, "%s", ds->fields[f].name);
         else
             snprintf(s->f[j].name, PS_FIELD_NAME, "field%u", f);
-        /* FFCV does not forbid two fields of one name; .pgs does */
+        /* FFCV does not forbid two fields of one name; .pgs does: the later one gets its index appended */
         for (uint32_t g = 0; g < j; g++)
             if (strcmp(s->f[g].name, s->f[j].name) == 0) {
                 char nm[PS_FIELD_NAME];
-                snprintf(nm, sizeof nm, "%.20s_%u", ds->fields[f].name[0] ? ds->fields[f].name : "field", f);
+                snprintf(nm, sizeof nm, "%.20s_%u", s->f[j].name, f);
+                for (uint32_t h = 0; h < j; h++)
+                    if (strcmp(s->f[h].name, nm) == 0) {
+                        cli_error("%s: field name '%s' used twice, and '%s' is taken too", ds->name, s->f[j].name,
+                                  nm);
+                        return CLI_FAIL;
+                    }
                 if (!quiet)
                     cli_warn("%s: field name '%s' used twice: field %u is named '%s'", ds->name, s->f[j].name, f,
                              nm);
                 memcpy(s->f[j].name, nm, sizeof nm);
-                g = (uint32_t)-1; /* check the new name again from the start */
+                break;
             }
     }
     return 0;
@@ -502,8 +506,18 @@ static int reap_some(struct conv *c, int min, int timeout_ms)
         struct unit *u = &c->units[cq[i].cookie];
         int res = cq[i].res < 0 ? (int)cq[i].res : cq[i].res != (int64_t)u->len ? -EIO : 0;
         char msg[PS_ERRLEN] = "";
-        if (res < 0 && *ps_io_errmsg(c->io))
-            snprintf(msg, sizeof msg, "%s", ps_io_errmsg(c->io));
+        if (res < 0 && *ps_io_errmsg(c->io)) {
+            /* the handle keeps only its last message: use it when it is about this read. It starts with
+             * the URL, which ours names already. */
+            const char *m = ps_io_errmsg(c->io);
+            char at[40];
+            size_t nl = strlen(c->ds->name);
+            snprintf(at, sizeof at, " at %" PRIu64 " ", u->off);
+            if (strncmp(m, c->ds->name, nl) == 0 && m[nl] == ':' && m[nl + 1] == ' ')
+                m += nl + 2;
+            if (strstr(m, at))
+                snprintf(msg, sizeof msg, "%s", m);
+        }
         if (!res)
             res = check_unit(c->ds, u);
         c->inflight--;
@@ -518,10 +532,10 @@ static int reap_some(struct conv *c, int min, int timeout_ms)
         u->state = res ? U_ERROR : U_READY;
         if (res && !c->errmsg[0]) {
             if (u->page >= 0)
-                snprintf(c->errmsg, sizeof c->errmsg, "%s: page %" PRId64 " (%u bytes at %" PRIu64 "): %s",
+                snprintf(c->errmsg, sizeof c->errmsg, "%.200s: page %" PRId64 " (%u bytes at %" PRIu64 "): %.250s",
                          c->ds->name, u->page, u->len, u->off, *msg ? msg : ps_strerror(res));
             else
-                snprintf(c->errmsg, sizeof c->errmsg, "%s: %u bytes at %" PRIu64 ": %s", c->ds->name, u->len,
+                snprintf(c->errmsg, sizeof c->errmsg, "%.200s: %u bytes at %" PRIu64 ": %.250s", c->ds->name, u->len,
                          u->off, *msg ? msg : ps_strerror(res));
         }
         pthread_cond_broadcast(&c->ready_cv);
