@@ -112,7 +112,19 @@ static void check_unit(const struct ps_dataset *ds, const struct unit *u, uint8_
     for (uint64_t k = ds->page_first[u->page]; k < ds->page_first[u->page + 1]; k++) {
         uint64_t id = ds->page_samples[k];
         const struct ps_ds_sample *s = &ds->samples[id];
-        if (ps_ds_check_sample(ds, id, buf + (s->off - ps_ds_page_offset(ds, u->page))) == 0)
+        const uint8_t *sb = buf + (s->off - ps_ds_page_offset(ds, u->page));
+        /* .beton JSON values end in a NUL (FFCV writes one); opening a file
+         * reads no payloads, so this is where a missing one is caught */
+        for (uint32_t f = 0; f < ds->nfields; f++) {
+            const struct ps_ds_value *v = &ds->values[id * ds->nfields + f];
+            if (v->kind != PS_F_JSON || (v->len && sb[v->off + v->len - 1] == 0))
+                continue;
+            r->bad_samples++;
+            if (!json && r->bad_samples <= MAX_LISTED)
+                cli_error("%s: sample %" PRIu64 " field '%s': JSON value without its trailing NUL", ds->name, id,
+                          ds->fields[f].name);
+        }
+        if (ps_ds_check_sample(ds, id, sb) == 0)
             continue;
         struct bad b = { .page = id, .first = id, .last = id, .part_of = s->page };
         r->bad_samples++;
