@@ -57,10 +57,9 @@ else
 fi
 
 # 3) JPEG decode path, dataset of real-looking JPEGs repeated to 1 GiB
-JDIR=""
-for d in "$ROOT/build/demo/images" "$BUILD/demo/images"; do [ -d "$d" ] && JDIR=$d && break; done
+JDIR=$(test_images 300)
 if [ -z "$JDIR" ]; then
-    skip memcg_jpeg "no generated images (run make demo first to make $BUILD/demo/images)"
+    fail memcg_jpeg "could not generate test images"
 else
     "$MK" "$TB/memcgj.pgs" --size 1G --jpeg-dir "$JDIR" --page-size 4M >/dev/null
     evict "$TB/memcgj.pgs"

@@ -27,3 +27,17 @@ expect_fail() {
     if printf '%s' "$out" | grep -Eq -- "$pat"; then ok "$name"; else fail "$name" "error did not match /$pat/: $(printf '%s' "$out" | tail -n 2 | tr '\n' ' ')"; fi
 }
 is_root() { [ "$(id -u)" = 0 ]; }
+# test_images N [PROFILE]: print a folder holding an ImageFolder of N generated
+# ImageNet-like JPEGs (10 classes), made once from real photos and reused.
+test_images() {
+    local n=$1 profile=${2:-imagenet} dir
+    dir="$ROOT/build/test-images/$profile-$n"
+    if [ ! -f "$dir/.done" ]; then
+        "$ROOT/bench/get_photos.sh" "$ROOT/build/photos" >&2 || return 1
+        rm -rf "$dir"
+        /usr/bin/python3 "$ROOT/bench/gen_images.py" --photos "$ROOT/build/photos" --out "$dir" \
+            --count "$n" --classes 10 --seed 3 --profile "$profile" >&2 || return 1
+        touch "$dir/.done"
+    fi
+    echo "$dir"
+}
