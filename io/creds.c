@@ -95,6 +95,8 @@ int ps_creds_parse(const char *text, size_t len, const char *profile, const char
                     return ps_seterr(err, PS_ECONFIG, "%s: line %d: bad key name", fname, line);
             if (!in_section)
                 continue;
+            if (memchr(vs, '\t', (size_t)(ve - vs)))
+                return ps_seterr(err, PS_ECONFIG, "%s: line %d: tab inside a value", fname, line);
             if (key_is(ks, (size_t)(ke - ks), "aws_access_key_id"))
                 rc = store(c->access_key, sizeof c->access_key, vs, (size_t)(ve - vs), fname, line,
                            "aws_access_key_id", err);
@@ -112,6 +114,14 @@ int ps_creds_parse(const char *text, size_t len, const char *profile, const char
     return found;
 }
 
+static int has_ctl(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 1;
+    return 0;
+}
+
 static int from_env(struct ps_creds *c, int *have, char *err)
 {
     const char *k = getenv("AWS_ACCESS_KEY_ID"), *s = getenv("AWS_SECRET_ACCESS_KEY");
@@ -126,6 +136,10 @@ static int from_env(struct ps_creds *c, int *have, char *err)
         return ps_seterr(err, PS_ECONFIG, "AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not");
     if (!s || !*s)
         return ps_seterr(err, PS_ECONFIG, "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not");
+    /* they go into request headers: a CR or LF would forge headers */
+    if (has_ctl(k) || has_ctl(s) || (t && has_ctl(t)))
+        return ps_seterr(err, PS_ECONFIG, "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or AWS_SESSION_TOKEN "
+                                          "contains a control character");
     if (strlen(k) >= sizeof c->access_key)
         return ps_seterr(err, PS_ECONFIG, "AWS_ACCESS_KEY_ID is too long");
     if (strlen(s) >= sizeof c->secret)

@@ -80,7 +80,8 @@ int ps_http_parse_content_range(const char *v, size_t n, uint64_t *first, uint64
         p++;
         *total = UINT64_MAX;
     } else {
-        if (parse_u64(&p, end, total))
+        /* UINT64_MAX stands for '*': a number that large is refused, not confused with it */
+        if (parse_u64(&p, end, total) || *total == UINT64_MAX)
             return -1;
         if (!unsat && *last >= *total)
             return -1;
@@ -446,7 +447,7 @@ static int first_bytes(struct xfer *x)
             x->stop = STOP_SIZE;
             return -1;
         }
-        if (!h->warned_norange) {
+        if (!h->warned_norange && (r->offset != 0 || r->length != h->size)) {
             h->warned_norange = 1;
             ps_log(PS_LOG_WARN, "%s: the server ignores byte ranges and sends the whole object "
                    "(%" PRIu64 " bytes) for every read; reads discard what precedes each range",
@@ -587,6 +588,16 @@ static int setup_common(CURL *e, const struct ps_http_cfg *c, const char *url, s
     rc |= curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, insecure ? 0L : 1L);
     rc |= curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, insecure ? 0L : 2L);
     rc |= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);
+    {
+        /* libcurl reads none of these itself (the curl tool does): a private CA */
+        const char *ca = getenv("CURL_CA_BUNDLE");
+        if (!ca || !*ca)
+            ca = getenv("SSL_CERT_FILE");
+        if ((!ca || !*ca) && c->s3)
+            ca = getenv("AWS_CA_BUNDLE");
+        if (ca && *ca)
+            rc |= curl_easy_setopt(e, CURLOPT_CAINFO, ca);
+    }
     if (c->headers)
         rc |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->headers);
     if (resolve)
@@ -843,6 +854,20 @@ static const char *curl_why(struct xfer *x, CURLcode rc)
     return x->cerr[0] ? x->cerr : curl_easy_strerror(rc);
 }
 
+/* A transfer that failed below HTTP: message into msg, code returned. */
+static int curl_failure(struct ps_http *h, struct xfer *x, CURLcode rc, char *msg, int *retry)
+{
+    int code = curl_code_to_errno(rc, retry);
+    if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE)
+        ps_seterr(msg, code, "%s: TLS certificate verification failed: %s (--insecure skips the check; "
+                  "CURL_CA_BUNDLE names a CA file)", h->name, curl_why(x, rc));
+    else if (rc == CURLE_OPERATION_TIMEDOUT)
+        ps_seterr(msg, code, "%s: timed out: %s", h->name, curl_why(x, rc));
+    else
+        ps_seterr(msg, code, "%s: %s", h->name, curl_why(x, rc));
+    return code;
+}
+
 static void read_done(struct ps_http *h, struct xfer *x, CURLcode rc)
 {
     struct hreq *rq = x->rq;
@@ -896,14 +921,7 @@ static void read_done(struct ps_http *h, struct xfer *x, CURLcode rc)
         break;
     }
     if (rc != CURLE_OK) {
-        code = curl_code_to_errno(rc, &retry);
-        if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE)
-            snprintf(rq->msg, sizeof rq->msg, "%s: TLS certificate verification failed: %s (--insecure skips the check)",
-                     h->name, curl_why(x, rc));
-        else if (rc == CURLE_OPERATION_TIMEDOUT)
-            snprintf(rq->msg, sizeof rq->msg, "%s: timed out (%s)", h->name, curl_why(x, rc));
-        else
-            snprintf(rq->msg, sizeof rq->msg, "%s: %s", h->name, curl_why(x, rc));
+        code = curl_failure(h, x, rc, rq->msg, &retry);
         attempt_failed(h, rq, x, retry, code, -1);
         return;
     }
@@ -1076,8 +1094,7 @@ static int find_size(struct ps_http *h, struct xfer *x, uint64_t *size, char *er
             }
             meta_run(h, x);
             if (x->result != CURLE_OK && x->stop != STOP_DONE) {
-                code = curl_code_to_errno(x->result, &retry);
-                ps_seterr(err, code, "%s: %s", h->name, curl_why(x, x->result));
+                code = curl_failure(h, x, x->result, err, &retry);
                 break;
             }
             if (!probe && x->status >= 200 && x->status < 300 && x->clen >= 0) {
@@ -1118,8 +1135,13 @@ static int find_size(struct ps_http *h, struct xfer *x, uint64_t *size, char *er
         curl_easy_setopt(x->e, CURLOPT_RANGE, NULL);
         if (h->cfg.scrub)
             h->cfg.scrub(h->cfg.ctx, err);
-        if (!retry || attempt >= h->retries)
+        if (!retry || attempt >= h->retries) {
+            if (retry) {
+                size_t l = strlen(err);
+                snprintf(err + l, PS_ERRLEN - l, " (gave up after %d attempts)", attempt);
+            }
             return code ? code : -EIO;
+        }
         ps_log(PS_LOG_DEBUG, "%s (retrying)", err);
         {
             struct timespec ts;

@@ -186,6 +186,7 @@ static void schedule(struct nfs_be *be, struct nreq *q, uint64_t delay_ms)
     int lat;
     q->fault = ps_fault_roll(be->fault);
     lat = ps_fault_latency_ms(be->fault);
+    /* an RPC cannot be held back half way here: a stall delays the attempt */
     if (q->fault == PS_FAULT_STALL)
         delay_ms += (uint64_t)ps_fault_stall_ms(be->fault);
     q->state = N_WAIT;

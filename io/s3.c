@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,6 +267,9 @@ static int s3_describe(void *ctx, const struct ps_http_resp *r, char *err)
         return ps_seterr(err, PS_ECONFIG, "%s: wrong region or endpoint (%s%s%s): set AWS_REGION or the endpoint",
                          t->name, code[0] ? code : "HTTP 301", ep[0] ? ", server suggests " : "", ep);
     }
+    if (t->creds.anonymous && (r->status == 400 || r->status == 401 || r->status == 403))
+        return ps_seterr(err, PS_EAUTH, "%s: a request without credentials was refused (HTTP %ld%s%s): %s", t->name,
+                         r->status, code[0] ? " " : "", code, t->creds.hint);
     if (code[0])
         return ps_seterr(err, PS_EHTTP, "%s: %s HTTP %ld %s: %s", t->name, r->method,
                          r->status, code, m);
@@ -349,6 +353,7 @@ struct s3_writer {
     int nparts;
     char (*etags)[130];
     int failed, done;
+    volatile sig_atomic_t in_call;
     char err[PS_ERRLEN];
 };
 
@@ -362,7 +367,18 @@ static int call(struct s3_writer *w, const char *method, const char *query, cons
     int rc;
 
     snprintf(url, sizeof url, "%s?%s", w->t.url, query);
-    rc = ps_http_call(&w->t.cfg, &w->o, &w->easy, &c, w->err);
+    if (w->in_call) {
+        /* abort from a signal handler that interrupted a call: the handle in
+         * use cannot be entered again, so the abort gets one of its own */
+        CURL *e = NULL;
+        rc = ps_http_call(&w->t.cfg, &w->o, &e, &c, w->err);
+        if (e)
+            curl_easy_cleanup(e);
+    } else {
+        w->in_call = 1;
+        rc = ps_http_call(&w->t.cfg, &w->o, &w->easy, &c, w->err);
+        w->in_call = 0;
+    }
     if (rc == 0 && etag_out)
         snprintf(etag_out, 130, "%.129s", c.etag);
     return rc;

@@ -281,6 +281,10 @@ static int test_creds_load(void)
     CHECK_RC(load_capture(NULL, &c, err, log, sizeof log));
     CHECK(!strcmp(c.access_key, "AKIDENV") && !strcmp(c.secret, "secretenv") && !strcmp(c.token, "tokenenv"));
     CHECK(strstr(c.hint, "AWS_SECRET_ACCESS_KEY"));
+    setenv("AWS_SESSION_TOKEN", "tok\r\nX-Evil: 1", 1);
+    CHECK(load_capture(NULL, &c, err, log, sizeof log) == PS_ECONFIG);
+    CHECKF(strstr(err, "control character") && !strstr(err, "Evil"), "%s", err);
+    unsetenv("AWS_SESSION_TOKEN");
     unsetenv("AWS_SECRET_ACCESS_KEY");
     CHECK(load_capture(NULL, &c, err, log, sizeof log) == PS_ECONFIG);
     CHECKF(strstr(err, "AWS_SECRET_ACCESS_KEY is not") && !strstr(err, "AKIDENV"), "%s", err);
@@ -368,7 +372,9 @@ static int test_content_range(void)
     CHECK(CR("  bytes 5-5/6\r\n") == 0 && a == 5 && b == 5 && t == 6);
     CHECK(CR("BYTES 1-2/*") == 0 && t == UINT64_MAX);
     CHECK(CR("bytes */1000") == 1 && t == 1000 && a == UINT64_MAX);
-    CHECK(CR("bytes 18446744073709551614-18446744073709551614/18446744073709551615") == 0);
+    CHECK(CR("bytes 18446744073709551613-18446744073709551613/18446744073709551614") == 0);
+    CHECK(CR("bytes 0-1/18446744073709551615") == -1); /* would read as '*' */
+    CHECK(CR("bytes */18446744073709551615") == -1);
     CHECK(CR("bytes 0-99/100x") == -1);
     CHECK(CR("bytes 99-0/100") == -1);
     CHECK(CR("bytes 0-100/100") == -1);
@@ -1089,6 +1095,15 @@ static int test_s3_errors(void)
     rc = read_range("s3://s3ok/key", &o, 0, sizeof buf, buf, err, NULL);
     CHECKF(rc == PS_EAUTH && strstr(err, "access denied (credentials from environment)"), "%lld %s", (long long)rc,
            err);
+    /* no credentials anywhere: an unsigned request, and a hint when it is refused */
+    unsetenv("AWS_ACCESS_KEY_ID");
+    unsetenv("AWS_SECRET_ACCESS_KEY");
+    unsetenv("AWS_SESSION_TOKEN");
+    setenv("HOME", "/nonexistent", 1);
+    rc = read_range("s3://s3ok/key", &o, 0, sizeof buf, buf, err, NULL);
+    CHECKF(rc == PS_EAUTH && strstr(err, "access denied to an anonymous request: set AWS_ACCESS_KEY_ID"), "%lld %s",
+           (long long)rc, err);
+    CHECK(!strstr(S.last_auth, "AWS4-HMAC-SHA256"));
     clear_aws_env();
     return 0;
 }

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # tests/servers/nfs.sh - an NFS server in userspace (nfs-ganesha, FSAL_VFS) on
 # 127.0.0.1 for the nfs:// tests (sourced; TESTBED.md §6).
 #   source tests/servers/nfs.sh; nfs_start || skip ... "$NFS_WHY"; trap nfs_stop EXIT

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # tests/servers/swift.sh - OpenStack Swift + s3api + tempauth on 127.0.0.1, a
 # real S3 API that verifies SigV4 signatures (sourced; TESTBED.md §2b).
 #   source tests/servers/swift.sh; swift_start || skip ... "$SWIFT_WHY"; trap swift_stop EXIT
