@@ -86,6 +86,21 @@ static const char *page_what(const struct bad *b, char *buf, size_t n)
     return buf;
 }
 
+/* 1 when every page and sample checksum of the unit matches. */
+static int unit_clean(const struct ps_dataset *ds, const struct unit *u, const uint8_t *buf)
+{
+    for (uint64_t q = u->page; q < u->page + u->npages; q++)
+        if (ps_ds_check_page(ds, q, buf + (q - u->page) * ds->page_size))
+            return 0;
+    for (uint64_t k = ds->page_first[u->page]; k < ds->page_first[u->page + 1]; k++) {
+        uint64_t id = ds->page_samples[k];
+        const struct ps_ds_sample *s = &ds->samples[id];
+        if (ps_ds_check_sample(ds, id, buf + (s->off - ps_ds_page_offset(ds, u->page))))
+            return 0;
+    }
+    return 1;
+}
+
 static void check_unit(const struct ps_dataset *ds, const struct unit *u, uint8_t *buf, int read_rc,
                        struct report *r, int json)
 {
@@ -149,7 +164,8 @@ int cmd_verify(int argc, char **argv)
     int64_t *slot_unit = NULL;
     struct report r;
     int json = 0, quiet = 0, c, rc, nbuf = 0;
-    uint64_t nunits = 0, bytes = 0, t0;
+    uint64_t nunits = 0, bytes = 0, t0, rereads = 0, transient = 0;
+    int *attempts = NULL;
     uint32_t maxrun = 1;
 
     memset(&r, 0, sizeof r);
@@ -211,7 +227,8 @@ int cmd_verify(int argc, char **argv)
         nbuf = nunits ? (int)nunits : 1;
     bufs = calloc((size_t)nbuf, sizeof *bufs);
     slot_unit = malloc((size_t)nbuf * sizeof *slot_unit);
-    if (!bufs || !slot_unit) {
+    attempts = calloc((size_t)nbuf, sizeof *attempts);
+    if (!bufs || !slot_unit || !attempts) {
         cli_error("out of memory");
         goto out;
     }
@@ -275,6 +292,21 @@ int cmd_verify(int argc, char **argv)
             int res = cqes[i].res < 0 ? (int)cqes[i].res : 0;
             if (res >= 0)
                 bytes += (uint64_t)cqes[i].res;
+            if (res >= 0 && attempts[s] < 2 && !unit_clean(ds, u, bufs[s])) {
+                /* maybe corrupted in transit: read it again before calling it bad */
+                uint64_t off = ps_ds_page_offset(ds, u->page), len = (uint64_t)u->npages * ds->page_size;
+                if (off + len > ds->file_size)
+                    len = ds->file_size > off ? ds->file_size - off : 0;
+                struct ps_io_req req = { .offset = off, .length = len, .buf = bufs[s], .cookie = (uint64_t)s };
+                if (ps_io_submit(io, &req, 1) == 1) {
+                    attempts[s]++;
+                    rereads++;
+                    continue;
+                }
+            }
+            if (res >= 0 && attempts[s] && unit_clean(ds, u, bufs[s]))
+                transient++;
+            attempts[s] = 0;
             check_unit(ds, u, bufs[s], res, &r, json);
             slot_unit[s] = -1;
             inflight--;
@@ -301,6 +333,8 @@ int cmd_verify(int argc, char **argv)
         json_uint(&j, "bad_pages", r.bad_pages);
         json_uint(&j, "bad_samples", r.bad_samples);
         json_uint(&j, "read_errors", r.read_errors);
+        json_uint(&j, "rereads", rereads);
+        json_uint(&j, "transient_mismatches", transient);
         json_arr(&j, "pages_failed");
         for (size_t k = 0; k < r.npages; k++) {
             json_obj(&j, NULL);
@@ -330,6 +364,9 @@ int cmd_verify(int argc, char **argv)
         printf("\n");
     } else if (!quiet) {
         char b[32];
+        if (transient)
+            printf("%s: %" PRIu64 " page runs failed a checksum once and read back intact (corrupted in transit, not "
+                   "on storage)\n", ds->name, transient);
         if (ds->has_page_crc || ds->has_sample_crc)
             printf("%s: OK: %" PRIu64 " samples in %" PRIu64 " pages, every checksum matches (%s read in %.2f s, "
                    "%.0f MB/s)\n",
@@ -346,6 +383,7 @@ out:
             free(bufs[i]);
     free(bufs);
     free(slot_unit);
+    free(attempts);
     free(units);
     free(r.pages);
     free(r.samples);

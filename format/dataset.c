@@ -147,7 +147,25 @@ static int is_pgs(const uint8_t *head, size_t len)
     return len >= 8 && memcmp(head, PS_PGS_MAGIC, 8) == 0;
 }
 
+static int ds_open_once(struct ps_io *io, const char *name, struct ps_dataset **out, char *err);
+
+/* A checksum failure in the metadata may be corruption in transit (a
+ * flaky network, a bad NIC): read it again, a bounded number of times,
+ * before calling the file bad. */
 int ps_ds_open(struct ps_io *io, const char *name, struct ps_dataset **out, char *err)
+{
+    int rc = 0;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        rc = ds_open_once(io, name, out, err);
+        if (rc != PS_ECHECKSUM)
+            break;
+        if (attempt < 2)
+            ps_log(PS_LOG_WARN, "%s, reading the metadata again", err);
+    }
+    return rc;
+}
+
+static int ds_open_once(struct ps_io *io, const char *name, struct ps_dataset **out, char *err)
 {
     uint64_t size = ps_io_size(io);
     size_t headlen = size >= 4096 ? 4096 : (size_t)size;

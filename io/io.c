@@ -229,7 +229,10 @@ uint64_t ps_out_tell(const struct ps_out *out) { return out->written; }
 int ps_out_commit(struct ps_out *out)
 {
     int rc = out->ops->commit(out->priv);
-    out->done = 1;
+    /* a failed commit is not done: close will abort it, so nothing half
+     * written stays under the name */
+    if (rc == 0)
+        out->done = 1;
     return rc;
 }
 
