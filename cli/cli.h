@@ -68,6 +68,11 @@ int cli_bad_option(char **argv);
 /* Open URL and its dataset; on failure prints the error and returns CLI_FAIL. */
 int cli_open_dataset(const char *url, const struct ps_io_opts *o, struct ps_io **io, struct ps_dataset **ds);
 
+/* SIGINT/SIGTERM/SIGHUP abort every open output (nothing stays under the
+ * final name) and exit 128+signal; SIGPIPE is ignored so a closed "-o -"
+ * pipe becomes a write error that is reported. */
+void cli_outputs_abort_on_signal(void);
+
 /* ---- progress bar on stderr, only when stderr is a terminal ---- */
 struct cli_progress {
     int on;

@@ -6,7 +6,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,24 +91,6 @@ struct conv {
     int inflight;
 };
 
-static void on_signal(int sig)
-{
-    ps_out_abort_all();
-    _exit(128 + sig);
-}
-
-static void install_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    /* a closed pipe on OUT = - becomes a write error we report */
-    signal(SIGPIPE, SIG_IGN);
-}
 
 static uint64_t splitmix(uint64_t *s)
 {
@@ -885,7 +866,7 @@ int cmd_convert(int argc, char **argv)
         wo.seed = seed;
     }
 
-    install_signals();
+    cli_outputs_abort_on_signal();
     if ((rc = ps_out_open(out_url, &io_opts, &out, err)) < 0) {
         cli_error("%s", *err ? err : ps_strerror(rc));
         rc = CLI_FAIL;

@@ -11,7 +11,6 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -709,26 +708,6 @@ static void pool_stop(struct pool *p, pthread_t *th, int nth)
         }
 }
 
-/* ---- signals: an interrupted pack leaves nothing under the output name ---- */
-
-static void on_signal(int sig)
-{
-    ps_out_abort_all();
-    _exit(128 + sig);
-}
-
-static void install_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    /* a closed pipe on -o - becomes a write error we report, not a silent death */
-    signal(SIGPIPE, SIG_IGN);
-}
 
 static int cores(void)
 {
@@ -904,7 +883,7 @@ int cmd_pack(int argc, char **argv)
     wo.flags = (shuffle_on ? PS_PGS_FLAG_SHUFFLED : 0) | (cfg.restart ? PS_PGS_FLAG_RESTART : 0);
     wo.seed = seed;
 
-    install_signals();
+    cli_outputs_abort_on_signal();
     if ((rc = ps_out_open(out_url, &io_opts, &out, err)) < 0) {
         cli_error("%s", *err ? err : ps_strerror(rc));
         free_source(&src);

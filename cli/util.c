@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,4 +320,24 @@ void json_bool(struct cli_json *j, const char *key, int v)
 {
     json_key(j, key);
     fputs(v ? "true" : "false", j->f);
+}
+
+/* ---- signals for commands that write an output ---- */
+
+static void abort_outputs_and_exit(int sig)
+{
+    ps_out_abort_all();
+    _exit(128 + sig);
+}
+
+void cli_outputs_abort_on_signal(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = abort_outputs_and_exit;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
 }
