@@ -9,6 +9,7 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,19 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
+/* floor/ceil without a libm call (x86-64 has no SSE4.1 roundsd by default); |x| < 2^31 */
+static inline int ifloor(double x)
+{
+    int k = (int)x;
+    return k - (k > x);
+}
+
+static inline int iceil(double x)
+{
+    int k = (int)x;
+    return k + (k < x);
+}
+
 /*
  * Tables for one axis: output i reads taps [s_i, s_i + T) of the source (len
  * entries, valid 0..len-1) with Q14 weights. b0/bl is the fractional box.
@@ -44,15 +58,15 @@ static int axis_plan(int32_t **starts, size_t *scap, int16_t **wts, size_t *wcap
     int lo_clamp, hi_clamp;           /* taps are clamped to this index range */
 
     if (scale > 1.0)
-        T = (int)ceil(scale) + 1;
+        T = scale > MAXT ? MAXT : iceil(scale) + 1;
     else
         T = 2;
     if (T > MAXT)
         T = MAXT;
     if ((uint32_t)T > len)
         T = (int)len;
-    lo_clamp = (int)floor(b0 + 1e-9);
-    hi_clamp = (int)ceil(b0 + bl - 1e-9) - 1;
+    lo_clamp = ifloor(b0 + 1e-9);
+    hi_clamp = iceil(b0 + bl - 1e-9) - 1;
     if (lo_clamp < 0)
         lo_clamp = 0;
     if (hi_clamp > (int)len - 1)
@@ -71,7 +85,7 @@ static int axis_plan(int32_t **starts, size_t *scap, int16_t **wts, size_t *wcap
             double lo = b0 + i * scale, hi = lo + scale;
             if (hi > b0 + bl)
                 hi = b0 + bl;
-            int k0 = (int)floor(lo), k1 = (int)ceil(hi) - 1;
+            int k0 = ifloor(lo), k1 = iceil(hi) - 1;
             if (k1 - k0 + 1 > MAXT) {  /* over the cap: keep the centre taps */
                 int mid = (k0 + k1) / 2;
                 k0 = mid - MAXT / 2;
@@ -87,7 +101,7 @@ static int axis_plan(int32_t **starts, size_t *scap, int16_t **wts, size_t *wcap
             }
         } else {
             double c = b0 + (i + 0.5) * scale - 0.5;
-            int k0 = (int)floor(c);
+            int k0 = ifloor(c);
             double f = c - k0;
             idx0 = k0;
             cnt = 2;
@@ -95,7 +109,8 @@ static int axis_plan(int32_t **starts, size_t *scap, int16_t **wts, size_t *wcap
             fw[1] = f;
         }
         /* Clamp taps into the allowed range, merging weights that fall outside. */
-        int iw[MAXT + 2] = { lo_clamp };
+        int iw[MAXT + 2];
+        iw[0] = lo_clamp;
         int lo_i = INT32_MAX, hi_i = INT32_MIN;
         double sum = 0;
         for (int k = 0; k < cnt; k++) {
@@ -122,10 +137,10 @@ static int axis_plan(int32_t **starts, size_t *scap, int16_t **wts, size_t *wcap
         if (start < 0)
             start = 0;
         int16_t *w = *wts + (size_t)i * T;
-        int32_t q[MAXT];
         for (int k = 0; k < T; k++)
-            q[k] = 0;
-        double accf = 0;
+            w[k] = 0;
+        double accf = 0, scale_q = (1 << QW) / sum;
+        int32_t before = 0;
         for (int k = 0; k < cnt; k++) {
             if (fw[k] <= 0)
                 continue;
@@ -133,15 +148,11 @@ static int axis_plan(int32_t **starts, size_t *scap, int16_t **wts, size_t *wcap
             if (pos < 0) pos = 0;
             if (pos >= T) pos = T - 1;
             accf += fw[k];
-            /* Cumulative rounding keeps the sum exact without a fix-up pass. */
-            int32_t upto = (int32_t)lrint(accf / sum * (1 << QW));
-            int32_t before = 0;
-            for (int m = 0; m < T; m++)
-                before += q[m];
-            q[pos] += upto - before;
+            /* Cumulative rounding keeps the sum exactly 1 << QW without a fix-up pass. */
+            int32_t upto = (int32_t)(accf * scale_q + 0.5);
+            w[pos] = (int16_t)(w[pos] + upto - before);
+            before = upto;
         }
-        for (int k = 0; k < T; k++)
-            w[k] = (int16_t)q[k];
         (*starts)[i] = start;
     }
     *tout = T;
@@ -303,10 +314,11 @@ int ps_resizer_run(struct ps_resizer *r, const uint8_t *src, uint32_t sw, uint32
             }
         }
 #ifdef __SSE2__
-    if (r->wvcap < (size_t)dw * T) {
+    size_t nwv = (size_t)dw * T;
+    if (r->wvcap < nwv) {
         free(r->wv);
         r->wvcap = 0;
-        size_t n = (size_t)dw * T + dw * T / 4;
+        size_t n = nwv + nwv / 4;
         if (posix_memalign(&r->wv, 16, n * sizeof(__m128i)))
             return r->wv = NULL, -ENOMEM;
         r->wvcap = n;
@@ -320,19 +332,23 @@ int ps_resizer_run(struct ps_resizer *r, const uint8_t *src, uint32_t sw, uint32
     size_t plane = (size_t)dw * dh;
     int planar = layout == PS_LAYOUT_NCHW;
     for (uint32_t y = 0; y < dh; y++) {
-        for (int k = 0; k < r->yt; k++)
-            rows[k] = src + (size_t)(r->ys[y] + k) * sstride + (size_t)c0 * 3;
-        vpass(rows, r->yw + (size_t)y * r->yt, r->yt, nb, tmp);
+        /* Most rows need fewer taps than the widest one: skip zero weights at either end. */
+        const int16_t *w = r->yw + (size_t)y * r->yt;
+        int k0 = 0, k1 = r->yt - 1;
+        while (k1 > 0 && w[k1] == 0)
+            k1--;
+        while (k0 < k1 && w[k0] == 0)
+            k0++;
+        for (int k = k0; k <= k1; k++)
+            rows[k - k0] = src + (size_t)(r->ys[y] + k) * sstride + (size_t)c0 * 3;
+        uint8_t *d0 = planar ? dst + (size_t)y * dw : dst + (size_t)y * dw * 3;
+        uint8_t *d1 = planar ? d0 + plane : NULL, *d2 = planar ? d0 + 2 * plane : NULL;
+        vpass(rows, w + k0, k1 - k0 + 1, nb, tmp);
 #ifdef __SSE2__
-        const __m128i *hw = wv;
+        hpass(tmp, xs, wv, T, dw, d0, d1, d2, planar);
 #else
-        const int16_t *hw = r->xw;
+        hpass(tmp, xs, r->xw, T, dw, d0, d1, d2, planar);
 #endif
-        if (planar)
-            hpass(tmp, xs, hw, T, dw, dst + (size_t)y * dw, dst + plane + (size_t)y * dw,
-                  dst + 2 * plane + (size_t)y * dw, 1);
-        else
-            hpass(tmp, xs, hw, T, dw, dst + (size_t)y * dw * 3, NULL, NULL, 0);
     }
     return 0;
 }
