@@ -60,8 +60,11 @@ static const char usage_text[] =
     "  --strict                fail on the first image that cannot be packed\n"
     "  --no-validate           do not fully decode JPEGs kept as they are (faster; a\n"
     "                          corrupt JPEG is then found only when it is read)\n"
-    "  --restart-markers       store JPEGs with a restart marker every MCU row (lossless;\n"
-    "                          lets crops skip rows; files grow by ~1-2%)\n"
+    "  --no-restart-markers    store JPEGs as they are. By default each JPEG is rewritten\n"
+    "                          losslessly with a restart marker every MCU (Huffman tables\n"
+    "                          optimised, so files stay about the same size): crops then\n"
+    "                          skip the rows and columns they do not need, ~35% less CPU\n"
+    "                          per image when training, for ~5 ms per image when packing\n"
     "  -q, --quiet             no summary\n"
     "  --endpoint URL, --region NAME, --insecure   for s3:// output\n"
     "  -h, --help              this text\n";
@@ -743,7 +746,7 @@ static void shuffle(struct item *v, size_t n, uint64_t seed)
 }
 
 enum { OPT_PAGE = CLI_OPT_FIRST_FREE, OPT_MAXSIDE, OPT_QUALITY, OPT_MODE, OPT_SHUFFLE, OPT_NOSHUFFLE, OPT_SEED,
-       OPT_THREADS, OPT_STRICT, OPT_RESTART, OPT_NOVALIDATE };
+       OPT_THREADS, OPT_STRICT, OPT_RESTART, OPT_NORESTART, OPT_NOVALIDATE };
 
 int cmd_pack(int argc, char **argv)
 {
@@ -754,11 +757,13 @@ int cmd_pack(int argc, char **argv)
         { "no-shuffle", no_argument, NULL, OPT_NOSHUFFLE }, { "seed", required_argument, NULL, OPT_SEED },
         { "threads", required_argument, NULL, OPT_THREADS }, { "strict", no_argument, NULL, OPT_STRICT },
         { "restart-markers", no_argument, NULL, OPT_RESTART },
+        { "no-restart-markers", no_argument, NULL, OPT_NORESTART },
         { "no-validate", no_argument, NULL, OPT_NOVALIDATE }, { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { "endpoint", required_argument, NULL, CLI_OPT_ENDPOINT }, { "region", required_argument, NULL, CLI_OPT_REGION },
         { "insecure", no_argument, NULL, CLI_OPT_INSECURE }, { NULL, 0, NULL, 0 } };
-    struct cfg cfg = { .quality = 90, .validate = 1 };
+    struct cfg cfg = { .quality = 90, .validate = 1, .restart = 1 };
+    int restart_asked = 0;
     struct ps_io_opts io_opts;
     struct source src;
     struct stat st;
@@ -814,7 +819,8 @@ int cmd_pack(int argc, char **argv)
             nthreads = (int)v;
             break;
         case OPT_STRICT: strict = 1; break;
-        case OPT_RESTART: cfg.restart = 1; break;
+        case OPT_RESTART: cfg.restart = 1; restart_asked = 1; break;
+        case OPT_NORESTART: cfg.restart = 0; break;
         case OPT_NOVALIDATE: cfg.validate = 0; break;
         default:
             rc = cli_read_opt(c, optarg, &io_opts);
@@ -828,8 +834,10 @@ int cmd_pack(int argc, char **argv)
                                                  : "one source at a time");
     if (!out_url)
         return cli_usage_error("where to? (-o OUT.pgs, or -o - for stdout)");
-    if (cfg.raw && cfg.restart)
+    if (cfg.raw && restart_asked)
         return cli_usage_error("--restart-markers applies to --mode jpeg only");
+    if (cfg.raw)
+        cfg.restart = 0;
     if (strcmp(out_url, "-") == 0 && isatty(STDOUT_FILENO))
         return cli_usage_error("refusing to write a dataset to a terminal (redirect stdout, or use -o FILE)");
     if (nthreads == 0)
