@@ -108,6 +108,7 @@ demo: deps
 
 test: deps-test
 	@$(MAKE) --no-print-directory all
+	@bench/get_photos.sh build/photos
 	@tests/run.sh $(BUILD)
 
 unit: all
