@@ -1017,7 +1017,11 @@ int cmd_doctor(int argc, char **argv)
             d->o.threads = (int)v;
             break;
         case OPT_BATCH:
-            if (cli_uint("--batch-size", optarg, 1 << 20, &v) || !v) {
+            if (cli_uint("--batch-size", optarg, 1 << 20, &v)) {
+                rc = CLI_USAGE;
+                goto out;
+            }
+            if (!v) {
                 rc = cli_usage_error("--batch-size must be 1 .. 1048576");
                 goto out;
             }
@@ -1036,14 +1040,22 @@ int cmd_doctor(int argc, char **argv)
             }
             break;
         case OPT_CROP:
-            if (cli_uint("--crop", optarg, 4096, &v) || v < 8) {
+            if (cli_uint("--crop", optarg, 4096, &v)) {
+                rc = CLI_USAGE;
+                goto out;
+            }
+            if (v < 8) {
                 rc = cli_usage_error("--crop must be 8 .. 4096");
                 goto out;
             }
             d->o.crop = (uint32_t)v;
             break;
         case OPT_IMAGES:
-            if (cli_uint("--images", optarg, 100000, &v) || !v) {
+            if (cli_uint("--images", optarg, 100000, &v)) {
+                rc = CLI_USAGE;
+                goto out;
+            }
+            if (!v) {
                 rc = cli_usage_error("--images must be 1 .. 100000");
                 goto out;
             }
