@@ -56,7 +56,7 @@ expect_fail cli_bad_page_size "page-size" "$PS" pack "$D/imgs" -o "$D/x.pgs" --p
 expect_fail cli_page_size_range "64K to 64M" "$PS" pack "$D/imgs" -o "$D/x.pgs" --page-size 32K
 
 # ---- pack an ImageFolder ----
-if "$PS" pack "$D/imgs" -o "$D/a.pgs" --page-size 64K > "$D/pack.out" 2> "$D/pack.err"; then
+if "$PS" pack "$D/imgs" -o "$D/a.pgs" --page-size 64K --no-restart-markers > "$D/pack.out" 2> "$D/pack.err"; then
     ok cli_pack_imagefolder
 else
     fail cli_pack_imagefolder "$(tail -n 3 "$D/pack.err")"
@@ -125,7 +125,7 @@ head -c $((sz - 4096)) "$D/a.pgs" > "$D/trunc.pgs"
 expect_fail cli_inspect_truncated "trunc.pgs: .*(truncated|footer)" "$PS" inspect "$D/trunc.pgs"
 
 # ---- to a pipe: byte-identical to the file written with the same seed ----
-if "$PS" pack "$D/imgs" -o - --page-size 64K 2>/dev/null | cat > "$D/pipe.pgs"; then
+if "$PS" pack "$D/imgs" -o - --page-size 64K --no-restart-markers 2>/dev/null | cat > "$D/pipe.pgs"; then
     cmp -s "$D/pipe.pgs" "$D/a.pgs" && ok cli_pack_to_pipe_identical || fail cli_pack_to_pipe_identical "pipe output differs from file output"
     check cli_verify_pipe_output "$PS" verify "$D/pipe.pgs"
 else
@@ -143,7 +143,7 @@ else
     fail cli_pack_listfile_names "pack or inspect of the list file failed"
 fi
 ( cd "$D/imgs" && i=0; for f in bee/img0*.jpg; do printf '%s/%s\t%d\n' "$D/imgs" "$f" $((i % 2 * 1000 + 5)); i=$((i + 1)); done ) > "$D/ints.txt"
-if "$PS" pack "$D/ints.txt" -o "$D/i.pgs" --page-size 64K --no-shuffle > /dev/null 2>&1 && "$PS" inspect --json "$D/i.pgs" > "$D/i.json"; then
+if "$PS" pack "$D/ints.txt" -o "$D/i.pgs" --page-size 64K --no-shuffle --no-restart-markers > /dev/null 2>&1 && "$PS" inspect --json "$D/i.pgs" > "$D/i.json"; then
     r=$(json "$D/i.json" "(d['nclasses'], [l['label'] for l in d['labels']], d['shuffled'])")
     [ "$r" = "(0, [5, 1005], False)" ] && ok cli_pack_listfile_ints || fail cli_pack_listfile_ints "got $r"
     first=$(head -n 1 "$D/ints.txt" | cut -f1)
@@ -175,7 +175,7 @@ print(d['fields'][0]['type'], d['samples'], os.path.getsize(sys.argv[2]) % 3 == 
 else
     fail cli_pack_raw "pack --mode raw failed"
 fi
-if "$PS" pack "$D/imgs" -o "$D/rst.pgs" --restart-markers > /dev/null 2>&1; then
+if "$PS" pack "$D/imgs" -o "$D/rst.pgs" >  /dev/null 2>&1; then
     "$PS" cat "$D/rst.pgs" 0 > "$D/rst0.jpg"
     r=$("$PY" -c "
 import sys; b=open(sys.argv[1],'rb').read()
@@ -204,10 +204,10 @@ interrupted() {  # NAME SIGNAL EXPECTED_STATUS
       for f in "$D"/imgs/bee/img*.jpg; do printf '%s\t1\n' "$f"; done; } > "$D/int/list.txt"
     "$PS" pack "$D/int/list.txt" -o "$out" --no-shuffle --threads 1 --page-size 64K > /dev/null 2>&1 &
     pid=$!
-    for _ in $(seq 1 100); do ls -a "$D/int" | grep -q '^\.out\.pgs\.tmp' && break; sleep 0.05; done
-    local had_tmp=0; ls -a "$D/int" | grep -q '^\.out\.pgs\.tmp' && had_tmp=1
+    for _ in $(seq 1 100); do compgen -G "$D/int/.out.pgs.tmp*" >/dev/null && break; sleep 0.05; done
+    local had_tmp=0; compgen -G "$D/int/.out.pgs.tmp*" >/dev/null && had_tmp=1
     kill -s "$sig" "$pid"; wait "$pid"; st=$?
-    local left; left=$(ls -a "$D/int" | grep -E 'out\.pgs' | tr '\n' ' ')
+    local left; left=$(find "$D/int" -maxdepth 1 -name '*out.pgs*' -printf '%f ')
     if [ $had_tmp = 1 ] && [ "$st" = "$want" ] && [ -z "$left" ]; then ok "$name"
     else fail "$name" "temp seen: $had_tmp, exit $st (want $want), left: '$left'"; fi
 }

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # tests/lib.sh - helpers for integration test scripts (sourced).
 # Each check prints one line: "ok NAME", "FAIL NAME: why" or "skip NAME: why";
 # tests/run.sh counts them. Scripts get the build folder as $1.
