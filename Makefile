@@ -59,7 +59,7 @@ LIB_A := $(BUILD)/libpagestream.a
 LIB_SO := $(BUILD)/libpagestream.so
 CLI := $(BUILD)/pagestream
 
-.PHONY: all deps deps-test demo test unit asan asan-build valgrind fuzz bench install install-python clean check-deps
+.PHONY: all deps deps-test deps-bench demo test unit asan asan-build valgrind fuzz bench install install-python clean check-deps
 all: $(LIB_SO) $(LIB_A) $(CLI) $(BUILD)/pagestream.pc $(TEST_BIN) $(TOOL_BIN)
 
 $(BUILD)/%.o: %.c
@@ -89,7 +89,13 @@ $(BUILD)/bench/%: bench/%.c $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(PS_CFLAGS) -o $@ $< $(LIB_A) $(LDFLAGS) $(PS_LIBS)
 
-$(BUILD)/pagestream.pc: Makefile
+# rewritten when PREFIX changes (the stamp holds the last one)
+$(BUILD)/.prefix-$(subst /,_,$(PREFIX)):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/.prefix-*
+	@touch $@
+
+$(BUILD)/pagestream.pc: Makefile $(BUILD)/.prefix-$(subst /,_,$(PREFIX))
 	@mkdir -p $(BUILD)
 	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: pagestream\nDescription: paged dataset loader for ML training from S3, HTTP, NFS and local disks\nVersion: 0.1.0\nLibs: -L$${libdir} -lpagestream\nLibs.private: %s\nCflags: -I$${includedir}\n' '$(PREFIX)' '$(PS_LIBS)' > $@
 
@@ -100,6 +106,8 @@ deps:
 	@deploy/install-deps.sh build
 deps-test:
 	@deploy/install-deps.sh test
+deps-bench:
+	@deploy/install-deps.sh bench
 
 # ---- the two commands ----
 demo: deps
@@ -134,7 +142,8 @@ fuzz:
 	  clang -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -I. -fsanitize=fuzzer,address,undefined -o build-fuzz/fuzz/$$n $$f build-fuzz/libpagestream.a $(PS_LIBS); done
 	@tests/fuzz.sh build-fuzz/fuzz $(FUZZ_SECONDS)
 
-bench: all
+bench: deps-bench
+	@$(MAKE) --no-print-directory all
 	@bench/run.sh $(BUILD)
 
 install: all

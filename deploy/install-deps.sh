@@ -10,7 +10,7 @@ BUILD_PKGS="gcc make pkg-config liburing-dev libcurl4-openssl-dev libjpeg62-turb
 TEST_PKGS="clang libclang-rt-14-dev valgrind shellcheck fio nginx libnginx-mod-http-echo
   swift-proxy swift-object swift-container swift-account memcached
   nfs-ganesha nfs-ganesha-vfs libnfs-utils rpcbind python3-boto3 python3-yaml python3-torch
-  libdlpack-dev util-linux e2fsprogs curl"
+  libdlpack-dev util-linux e2fsprogs curl openssl"
 BENCH_PKGS="gnuplot-nox python3-torchvision"
 
 case $what in

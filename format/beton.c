@@ -93,7 +93,7 @@ static int bt_read(const struct bt_src *s, void *dst, uint64_t len, uint64_t off
             return ps_seterr(err, -ENOMEM, "%s: out of memory reading %s", s->name, what);
         n = ps_io_pread(s->io, bounce, hi - lo, lo);
         if (n < 0) {
-            const char *m = ps_io_errmsg(s->io);
+            const char *m = ps_io_msg_tail(ps_io_errmsg(s->io), s->name);
             free(bounce);
             return ps_seterr(err, (int)n, "%s: reading %s at offset %llu: %s", s->name, what, (ull)lo,
                              *m ? m : ps_strerror((int)n));

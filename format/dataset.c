@@ -182,7 +182,7 @@ static int ds_open_once(struct ps_io *io, const char *name, struct ps_dataset **
         return ps_seterr(err, -ENOMEM, "%s: out of memory", name);
     n = ps_io_pread(io, head, headlen, 0);
     if (n < 0) {
-        const char *m = ps_io_errmsg(io);
+        const char *m = ps_io_msg_tail(ps_io_errmsg(io), name);
         rc = ps_seterr(err, (int)n, "%s: reading the header: %s", name, *m ? m : ps_strerror((int)n));
         goto out;
     }

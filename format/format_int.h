@@ -4,6 +4,8 @@
 #ifndef PS_FORMAT_INT_H
 #define PS_FORMAT_INT_H
 
+#include <string.h>
+
 #include "format/format.h"
 
 /* .pgs magic at offset 0 */
@@ -24,6 +26,14 @@
 #define PS_PGS_MAX_PAGE (64u << 20)
 #define PS_PGS_MAX_CLASSES (1u << 20)
 #define PS_PGS_MAX_CLASS_NAME 1024u
+
+/* An io/ message without its leading "NAME: " (io/ names the URL itself),
+ * so a wrapped message does not name it twice. */
+static inline const char *ps_io_msg_tail(const char *m, const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(m, name, n) == 0 && m[n] == ':' && m[n + 1] == ' ' ? m + n + 2 : m;
+}
 
 /* Allocate an empty dataset (name copied, redacted by the caller). */
 struct ps_dataset *ps_ds_alloc(const char *name);

@@ -229,8 +229,10 @@ static int parse_tables(const uint8_t *t, const struct footer *fo, struct ps_dat
             goto out;
         }
         if (n > fo->nsamples - running) {
-            rc = ps_seterr(err, PS_EFORMAT, "%s: page %llu: %u samples, more than the table holds", nm,
-                           (unsigned long long)p, n);
+            rc = ps_seterr(err, PS_EFORMAT,
+                           "%s: page %llu: %u samples from sample %llu on, but the table holds %llu samples", nm,
+                           (unsigned long long)p, n, (unsigned long long)running,
+                           (unsigned long long)fo->nsamples);
             goto out;
         }
         if (used > ps) {
@@ -434,7 +436,7 @@ static int io_read(struct ps_io *io, const char *name, void *buf, uint64_t len, 
 {
     int64_t n = ps_io_pread(io, buf, len, off);
     if (n < 0) {
-        const char *m = ps_io_errmsg(io);
+        const char *m = ps_io_msg_tail(ps_io_errmsg(io), name);
         return ps_seterr(err, (int)n, "%s: reading the %s: %s", name, what, *m ? m : ps_strerror((int)n));
     }
     if ((uint64_t)n != len)

@@ -193,8 +193,8 @@ static int from_file(const char *profile, int must, struct ps_creds *c, char *er
     if (fd < 0) {
         if (errno == ENOENT && !must)
             return 0;
-        return ps_seterr(err, -errno, "%s: %s%s%s", path, strerror(errno),
-                         must ? " (needed for profile " : "", must ? profile : "");
+        return ps_seterr(err, -errno, "%s: %s%s%s%s", path, strerror(errno),
+                         must ? " (needed for profile " : "", must ? profile : "", must ? ")" : "");
     }
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > CREDS_FILE_MAX) {
         close(fd);
@@ -224,7 +224,7 @@ static int from_file(const char *profile, int must, struct ps_creds *c, char *er
     if (!c->access_key[0] || !c->secret[0]) {
         const char *missing = !c->access_key[0] ? "aws_access_key_id" : "aws_secret_access_key";
         ps_creds_wipe(c);
-        return ps_seterr(err, PS_ECONFIG, "profile %s in %s has no %s", profile, path, missing);
+        return ps_seterr(err, PS_ECONFIG, "profile %s in %s: %s is missing or empty", profile, path, missing);
     }
     snprintf(c->source, sizeof c->source, "profile %s in %s", profile, path);
     snprintf(c->hint, sizeof c->hint, "check aws_secret_access_key of profile %.40s in the credentials file",

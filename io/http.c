@@ -735,7 +735,8 @@ static void attempt_failed(struct ps_http *h, struct hreq *rq, struct xfer *x, i
     }
     if (rq->attempts >= h->retries) {
         size_t l = strlen(rq->msg);
-        snprintf(rq->msg + l, sizeof rq->msg - l, " (gave up after %d attempts in %.1f s)", rq->attempts, secs);
+        snprintf(rq->msg + l, sizeof rq->msg - l, " (gave up after %d attempt%s in %.1f s)", rq->attempts,
+                 rq->attempts == 1 ? "" : "s", secs);
         finish(h, rq, code);
         return;
     }
@@ -744,8 +745,8 @@ static void attempt_failed(struct ps_http *h, struct hreq *rq, struct xfer *x, i
         delay = (uint64_t)retry_after_ms;
     if (now + delay * 1000000ull > rq->t_first + (uint64_t)h->deadline_ms * 1000000ull) {
         size_t l = strlen(rq->msg);
-        snprintf(rq->msg + l, sizeof rq->msg - l, " (gave up after %d attempts: deadline of %.1f s)",
-                 rq->attempts, h->deadline_ms / 1000.0);
+        snprintf(rq->msg + l, sizeof rq->msg - l, " (gave up after %d attempt%s: deadline of %.1f s)",
+                 rq->attempts, rq->attempts == 1 ? "" : "s", h->deadline_ms / 1000.0);
         finish(h, rq, code);
         return;
     }
@@ -861,7 +862,12 @@ static int curl_failure(struct ps_http *h, struct xfer *x, CURLcode rc, char *ms
     if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE)
         ps_seterr(msg, code, "%s: TLS certificate verification failed: %s (--insecure skips the check; "
                   "CURL_CA_BUNDLE names a CA file)", h->name, curl_why(x, rc));
-    else if (rc == CURLE_OPERATION_TIMEDOUT)
+    else if (rc == CURLE_SSL_CONNECT_ERROR && strstr(curl_why(x, rc), "wrong version number")) {
+        /* a plain-HTTP server on the other end: retrying cannot help */
+        *retry = 0;
+        ps_seterr(msg, code, "%s: TLS handshake failed (%s): is the server plain HTTP? use http://", h->name,
+                  curl_why(x, rc));
+    } else if (rc == CURLE_OPERATION_TIMEDOUT)
         ps_seterr(msg, code, "%s: timed out: %s", h->name, curl_why(x, rc));
     else
         ps_seterr(msg, code, "%s: %s", h->name, curl_why(x, rc));
@@ -1138,7 +1144,7 @@ static int find_size(struct ps_http *h, struct xfer *x, uint64_t *size, char *er
         if (!retry || attempt >= h->retries) {
             if (retry) {
                 size_t l = strlen(err);
-                snprintf(err + l, PS_ERRLEN - l, " (gave up after %d attempts)", attempt);
+                snprintf(err + l, PS_ERRLEN - l, " (gave up after %d attempt%s)", attempt, attempt == 1 ? "" : "s");
             }
             return code ? code : -EIO;
         }
@@ -1496,7 +1502,7 @@ int ps_http_call(const struct ps_http_cfg *c, const struct ps_io_opts *o, CURL *
         if (!retry || attempt >= retries || ps_now_ns() > deadline) {
             if (retry) {
                 size_t l = strlen(err);
-                snprintf(err + l, PS_ERRLEN - l, " (gave up after %d attempts)", attempt);
+                snprintf(err + l, PS_ERRLEN - l, " (gave up after %d attempt%s)", attempt, attempt == 1 ? "" : "s");
             }
             break;
         }

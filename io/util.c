@@ -159,6 +159,15 @@ uint64_t ps_cgroup_memory_limit(void)
         }
     }
     fclose(f);
+    if (!limit) {
+        /* in a container without its own cgroup namespace view the paths
+         * above may not exist: the container's limit is then at the root */
+        v = read_u64_file("/sys/fs/cgroup/memory.max");
+        if (!v)
+            v = read_u64_file("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+        if (v && v < (1ull << 60))
+            limit = v;
+    }
     return limit;
 }
 

@@ -852,10 +852,15 @@ int ps_loader_open(const char *url, const struct ps_options *opts, ps_loader **o
     cache = opts->cache_size;
     if (!cache) {
         uint64_t lim = ps_cgroup_memory_limit(), ram = mem_total();
+        const char *lws = getenv("LOCAL_WORLD_SIZE");
+        long local = lws ? strtol(lws, NULL, 10) : 1;
         if (lim && (!ram || lim < ram))
             cache = lim / 2;
         else
             cache = ram ? ram / 4 : (1ull << 30);
+        /* torchrun starts LOCAL_WORLD_SIZE loaders in one container: share */
+        if (local > 1 && local < 4096)
+            cache /= (uint64_t)local;
         if (cache > data_bytes + l->ds->page_size)
             cache = data_bytes + l->ds->page_size;
     }
@@ -863,8 +868,10 @@ int ps_loader_open(const char *url, const struct ps_options *opts, ps_loader **o
     if (l->io_depth < 1)
         l->io_depth = 1;
     /* random order with a cache smaller than the data: read single samples */
-    l->sample_mode = opts->order == PS_ORDER_RANDOM && cache < data_bytes && l->ds->max_span <= 1 &&
-                     l->ds->nsamples > 0;
+    /* a rank reads only its share (plus two boundary pages) */
+    l->sample_mode = opts->order == PS_ORDER_RANDOM &&
+                     cache < data_bytes / (uint64_t)opts->world_size + 2 * (uint64_t)l->ds->page_size &&
+                     l->ds->max_span <= 1 && l->ds->nsamples > 0;
     if (l->sample_mode) {
         l->nunits = l->ds->nsamples;
         l->slot_size = ((uint64_t)l->ds->max_sample_len + 2 * 4096 + 4095) & ~4095ull;

@@ -330,7 +330,7 @@ static int test_creds_load(void)
     write_file(path, "[default]\naws_access_key_id=ONLYKEY\n", 0600);
     setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
     CHECK(load_capture(NULL, &c, err, log, sizeof log) == PS_ECONFIG);
-    CHECKF(strstr(err, "has no aws_secret_access_key") && strstr(err, "other.ini"), "%s", err);
+    CHECKF(strstr(err, "aws_secret_access_key is missing or empty") && strstr(err, "other.ini"), "%s", err);
     write_file(path, "[default]\nbroken line\n", 0600);
     CHECK(load_capture(NULL, &c, err, log, sizeof log) == PS_ECONFIG);
     CHECKF(strstr(err, "line 2"), "%s", err);
