@@ -867,7 +867,11 @@ static int curl_failure(struct ps_http *h, struct xfer *x, CURLcode rc, char *ms
         *retry = 0;
         ps_seterr(msg, code, "%s: TLS handshake failed (%s): is the server plain HTTP? use http://", h->name,
                   curl_why(x, rc));
-    } else if (rc == CURLE_OPERATION_TIMEDOUT)
+    } else if (rc == CURLE_OPERATION_TIMEDOUT && strstr(curl_why(x, rc), "too slow") && x->range[0])
+        /* curl's low-speed limit and our own watchdog catch the same stall:
+         * say it the same way whichever fires first */
+        ps_seterr(msg, code, "%s: no data for %.1f s (range %s)", h->name, h->timeout_ms / 1000.0, x->range);
+    else if (rc == CURLE_OPERATION_TIMEDOUT)
         ps_seterr(msg, code, "%s: timed out: %s", h->name, curl_why(x, rc));
     else
         ps_seterr(msg, code, "%s: %s", h->name, curl_why(x, rc));

@@ -336,8 +336,8 @@ row C05 "credentials file: key name with spaces" 1 "creds/badkey: line 2: bad ke
 row C06 "credentials file: control character in a value" 1 "creds/ctrl: line 2: control character" "${E[@]}" AWS_SHARED_CREDENTIALS_FILE=creds/ctrl "$PS" inspect s3://bkt/d.pgs
 row C07 "credentials file: NUL byte" 1 "creds/nul: contains a NUL byte" "${E[@]}" AWS_SHARED_CREDENTIALS_FILE=creds/nul "$PS" inspect s3://bkt/d.pgs
 row C08 "credentials file: line of 9000 bytes" 1 "creds/long: line 2: longer than 8192 bytes" "${E[@]}" AWS_SHARED_CREDENTIALS_FILE=creds/long "$PS" inspect s3://bkt/d.pgs
-row C09 "profile without aws_secret_access_key" 1 "profile default in creds/nosecret has no aws_secret_access_key" "${E[@]}" AWS_SHARED_CREDENTIALS_FILE=creds/nosecret "$PS" inspect s3://bkt/d.pgs
-row C10 "empty aws_secret_access_key" 1 "profile default in creds/emptysecret has no aws_secret_access_key" "${E[@]}" AWS_SHARED_CREDENTIALS_FILE=creds/emptysecret "$PS" inspect s3://bkt/d.pgs
+row C09 "profile without aws_secret_access_key" 1 "profile default in creds/nosecret: aws_secret_access_key is missing or empty" "${E[@]}" AWS_SHARED_CREDENTIALS_FILE=creds/nosecret "$PS" inspect s3://bkt/d.pgs
+row C10 "empty aws_secret_access_key" 1 "profile default in creds/emptysecret: aws_secret_access_key is missing or empty" "${E[@]}" AWS_SHARED_CREDENTIALS_FILE=creds/emptysecret "$PS" inspect s3://bkt/d.pgs
 row C11 "AWS_PROFILE names a profile the file lacks" 1 "profile prod not found in creds/other" "${E[@]}" AWS_SHARED_CREDENTIALS_FILE=creds/other AWS_PROFILE=prod "$PS" inspect s3://bkt/d.pgs
 row C12 "AWS_PROFILE set, credentials file missing" 1 "creds/none: No such file or directory \(needed for profile prod" "${E[@]}" AWS_SHARED_CREDENTIALS_FILE=creds/none AWS_PROFILE=prod "$PS" inspect s3://bkt/d.pgs
 row C13 "credentials file is a folder" 1 "creds: not a regular file of at most 1 MiB" "${E[@]}" AWS_SHARED_CREDENTIALS_FILE=creds "$PS" inspect s3://bkt/d.pgs
@@ -450,10 +450,10 @@ BAD_PID=$!
 for _ in $(seq 50); do [ -s bad.port ] && break; sleep 0.1; done
 if [ -s bad.port ]; then
     B="http://127.0.0.1:$(cat bad.port)"
-    row S08 "Content-Range one byte off the range asked for" 1 "wrongcr/d.pgs: asked for bytes 0-4095, server answered 1-4096" "$PS" inspect "$B/wrongcr/d.pgs"
-    row S09 "206 without Content-Range" 1 "nocr/d.pgs: 206 answer without a valid Content-Range" "$PS" inspect "$B/nocr/d.pgs"
-    row S10 "Content-Range total differs from the size first seen" 1 "size/d.pgs: object size changed while reading" "$PS" inspect "$B/size/d.pgs"
-    row S11 "ETag changed between HEAD and GET" 1 "etag/d.pgs: object changed while reading \(ETag \"v2\", was \"v1\"\)" "$PS" inspect "$B/etag/d.pgs"
+    row S08 "Content-Range one byte off the range asked for" 1 "wrongcr/d.pgs: reading the header: asked for bytes 0-4095, server answered 1-4096" "$PS" inspect "$B/wrongcr/d.pgs"
+    row S09 "206 without Content-Range" 1 "nocr/d.pgs: reading the header: 206 answer without a valid Content-Range" "$PS" inspect "$B/nocr/d.pgs"
+    row S10 "Content-Range total differs from the size first seen" 1 "size/d.pgs: reading the header: object size changed while reading" "$PS" inspect "$B/size/d.pgs"
+    row S11 "ETag changed between HEAD and GET" 1 "etag/d.pgs: reading the header: object changed while reading \(ETag \"v2\", was \"v1\"\)" "$PS" inspect "$B/etag/d.pgs"
     row S12 "body shorter than Content-Length (connection closed)" 1 "short/d.pgs: .*(closed|ended|remaining).*gave up after 6 attempts" "$PS" inspect "$B/short/d.pgs"
     row S13 "HTTP 429 on every attempt (Retry-After: 1)" 1 "429/d.pgs: HTTP 429 Too Many Requests \(gave up after 2 attempts\)" "$PS" bench "$B/429/d.pgs" --retries 2
     row S14 "HTTP 500 on every attempt" 1 "500/d.pgs: HTTP 500 Internal Server Error \(gave up after 6 attempts\)" "$PS" inspect "$B/500/d.pgs"
