@@ -136,6 +136,9 @@ def main():
             dist.all_reduce(stats)
         if rank == 0:
             tl, tok, tn, tdt, tw = stats.tolist()
+            if tn == 0:
+                sys.exit("train.py: the epoch had no batches (dataset smaller than one batch per rank? "
+                         "lower --batch-size)")
             print("epoch %d  loss %.4f  accuracy %.3f  %.0f images/s  (%d images in %.2f s, waiting for data "
                   "%.2f s)" % (epoch, tl / tn, tok / tn, tn / (tdt / world), tn, tdt / world, tw / world), flush=True)
         if args.checkpoint and rank == 0:
