@@ -470,46 +470,10 @@ fi
 # TLS: a self-signed certificate
 SERVER_ROWS_TLS="S18 S19"
 tls_why=""
-if ! command -v openssl > /dev/null; then
-    tls_why="openssl is not installed (apt-get install openssl)"
-elif ! command -v nginx > /dev/null; then
-    tls_why="nginx is not installed"
-else
-    mkdir -p tls/logs tls/tmp tls/www
-    cp d.pgs tls/www/d.pgs
-    if ! openssl req -x509 -newkey rsa:2048 -nodes -keyout tls/key.pem -out tls/cert.pem -days 2 \
-        -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 > tls/openssl.log 2>&1; then
-        tls_why="openssl could not make a certificate: $(tail -n 1 tls/openssl.log)"
-    else
-        tport=$((20000 + RANDOM % 20000))
-        cat > tls/nginx.conf <<CONF
-daemon off;
-worker_processes 1;
-pid $D/tls/nginx.pid;
-error_log $D/tls/logs/error.log warn;
-events { worker_connections 64; }
-http {
-    access_log off;
-    client_body_temp_path $D/tls/tmp/body;
-    proxy_temp_path $D/tls/tmp/proxy;
-    fastcgi_temp_path $D/tls/tmp/fcgi;
-    uwsgi_temp_path $D/tls/tmp/uwsgi;
-    scgi_temp_path $D/tls/tmp/scgi;
-    default_type application/octet-stream;
-    server {
-        listen 127.0.0.1:$tport ssl;
-        ssl_certificate $D/tls/cert.pem;
-        ssl_certificate_key $D/tls/key.pem;
-        root $D/tls/www;
-    }
-}
-CONF
-        nginx -p "$D/tls" -c nginx.conf > tls/logs/start.out 2>&1 &
-        TLS_PID=$!
-        for _ in $(seq 50); do curl -sk -o /dev/null "https://127.0.0.1:$tport/d.pgs" && break; sleep 0.1; done
-        curl -sk -o /dev/null "https://127.0.0.1:$tport/d.pgs" || tls_why="TLS nginx did not start: $(tail -n 1 tls/logs/error.log 2>/dev/null)"
-    fi
-fi
+# shellcheck source=servers/tls.sh
+source "$ROOT/tests/servers/tls.sh"
+tls_start "$D/tls" d.pgs || tls_why=$TLS_WHY
+tport=${TLS_PORT:-0}
 if [ -z "$tls_why" ]; then
     row S18 "https:// with a self-signed certificate (verification is on by default)" 1 "https://127.0.0.1:[0-9]+/d.pgs: .*(certificate|self-signed|self signed)" "$PS" inspect "https://127.0.0.1:$tport/d.pgs"
     row S19 "the same with --insecure: works, with a warning" 0 "warning: https://127.0.0.1:[0-9]+/d.pgs: TLS certificate verification is off \(--insecure\)" "$PS" verify -q --insecure "https://127.0.0.1:$tport/d.pgs"
