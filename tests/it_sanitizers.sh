@@ -35,7 +35,17 @@ else
     # its documented remedy is to run the C code paths under valgrind
     export JSIMD_FORCENONE=1
     # valgrind runs 20-50x slower: the quick unit programs in full, the loader's on a subset
-    for n in test_format test_sampler test_url test_beton test_decode test_io; do
+    # test_decode's PSNR sweeps are long numeric loops that valgrind slows
+    # 50x and ASan already covers: its other cases run below
+    for tc in test_crop_box test_resize test_raw test_reproducible test_odd_jpegs test_corpus test_restart test_nchw; do
+        out=$(timeout 900 valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+              "$BUILD/tests/test_decode" "$tc" 2>&1); rc=$?
+        printf '%s\n' "$out" | grep -E '^(ok|FAIL|skip) ' | relabel "valgrind/test_decode"
+        if [ $rc -ne 0 ] && ! printf '%s\n' "$out" | grep -q '^FAIL '; then
+            fail "valgrind/test_decode:$tc" "exit $rc: $(printf '%s\n' "$out" | grep -E '==[0-9]+==' | head -n 4 | tr '\n' ' ')"
+        fi
+    done
+    for n in test_format test_sampler test_url test_beton test_io; do
         t="$BUILD/tests/$n"
         [ -x "$t" ] || continue
         out=$(timeout 900 valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
