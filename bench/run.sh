@@ -78,7 +78,7 @@ EOF
 }
 # best_of KIND OUT FILES...: copy the best run among FILES to OUT (other jobs on a shared machine only
 # ever slow a run down, so the best round is the least disturbed one); prints "KIND a/b/c".
-# KIND: ps_images, ps_payload (pagestream bench --json, epochs after the first), ps_all_images (all epochs,
+# KIND: ps_images, ps_payload, ps_read (pagestream bench --json, epochs after the first), ps_all_images (all epochs,
 # from open), torch (peer_torch.py),
 # decode (decode_bench, the line of $DEC_PATH), ceiling (a "MiB/s=" line)
 best_of() { DEC_PATH=${DEC_PATH:-b} "$PY" - "$@" <<'EOF'
@@ -87,7 +87,8 @@ kind, out, files = sys.argv[1], sys.argv[2], sys.argv[3:]
 def value(p):
     if kind.startswith("ps_"):
         d = json.load(open(p)); ep = d["epochs"] if kind == "ps_all_images" else (d["epochs"][1:] or d["epochs"])
-        num = sum(e["payload_bytes" if kind == "ps_payload" else "images"] for e in ep)
+        num = sum(e["payload_bytes" if kind == "ps_payload" else "bytes_read" if kind == "ps_read" else "images"]
+                  for e in ep)
         return num / sum(e["seconds"] for e in ep)
     if kind == "torch":
         return json.load(open(p))["steady_images_per_s"]
@@ -105,7 +106,7 @@ for p in files:
         pass
 if vals:
     shutil.copy(max(vals)[1], out)
-    scale = 1e-6 if kind == "ps_payload" else 1
+    scale = 1e-6 if kind in ("ps_payload", "ps_read") else 1
     print("%s %s" % (kind, "/".join("%.0f" % (v * scale) for v, _ in vals)))
 EOF
 }
@@ -438,14 +439,19 @@ scenario_s3() {
             "$PS" bench s3://psbench/net.pgs --endpoint "$SWIFT_URL" --transform none --order quasi_random \
             --queue-depth $par --cache-size $NET_CACHE --epochs $NET_EPOCHS --threads "$NPROC" --json > "$R/s3_ps.$r.json" 2> "$R/s3_ps.err" \
             || log "pagestream failed: $(tail -n 2 "$R/s3_ps.err")"
+        if [ -x "$TOOLS/io_read" ]; then
+            log "s3 round $r/$ROUNDS: io_read (pagestream's s3 backend alone, 4 MiB reads, queue depth $par)"
+            AWS_ACCESS_KEY_ID=test:tester AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1 \
+                "$TOOLS/io_read" s3://psbench/net.pgs --endpoint "$SWIFT_URL" --qd $par --bs 4M > "$R/s3_ioread.$r.txt" 2>&1 \
+                || log "io_read failed: $(tail -n 1 "$R/s3_ioread.$r.txt")"
+        fi
     done
     net_best s3
-    if [ -x "$TOOLS/io_read" ]; then
-        log "s3: io_read (pagestream's s3 backend alone, 4 MiB reads, queue depth $par)"
-        AWS_ACCESS_KEY_ID=test:tester AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1 \
-            "$TOOLS/io_read" s3://psbench/net.pgs --endpoint "$SWIFT_URL" --qd $par --bs 4M > "$R/s3_ioread.txt" 2>&1 \
-            || log "io_read failed: $(tail -n 1 "$R/s3_ioread.txt")"
-    fi
+    log "s3: diagnostic: pagestream with --order sequential (read-ahead not bounded by a window)"
+    AWS_ACCESS_KEY_ID=test:tester AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1 \
+        "$PS" bench s3://psbench/net.pgs --endpoint "$SWIFT_URL" --transform none --order sequential \
+        --queue-depth $par --cache-size $NET_CACHE --epochs $NET_EPOCHS --threads "$NPROC" --json > "$R/s3_seq.json" 2> "$R/s3_seq.err" \
+        || rm -f "$R/s3_seq.json"
     net_rows "S3 (Swift s3api, loopback)" s3 "curl multi range GETs + SigV4, $par parallel"
     swift_stop
 }
@@ -453,24 +459,33 @@ scenario_s3() {
 net_best() {  # PREFIX: keep the best round of the ceiling and of pagestream
     {
         best_of ceiling "$R/$1_ceiling.txt" "$R"/$1_ceiling.[0-9]*.txt
-        best_of ps_payload "$R/$1_ps.json" "$R"/$1_ps.[0-9]*.json
+        best_of ps_read "$R/$1_ps.json" "$R"/$1_ps.[0-9]*.json
+        best_of ceiling "$R/$1_ioread.txt" "$R"/$1_ioread.[0-9]*.txt | sed 's/^ceiling/io_read/'
     } > "$R/$1_rounds.txt"
 }
 
 net_rows() {  # SCENARIO PREFIX CEILING_DESC
-    local scen=$1 p=$2 desc=$3 cmb pay rd
+    local scen=$1 p=$2 desc=$3 cmb pay rd amp
     cmb=$(ceiling_mb "$R/${p}_ceiling.txt")
     if [ ! -s "$R/${p}_ps.json" ]; then skipped "$p" "pagestream bench failed: $(tail -n 2 "$R/${p}_ps.err" | tr '\n' ' ')"; return; fi
     if [ -z "$cmb" ]; then skipped "$p" "ceiling failed: $(tail -n 2 "$R/${p}_ceiling.txt" | tr '\n' ' ')"; return; fi
     pay=$(steady "$R/${p}_ps.json" payload_mb_per_s); rd=$(steady "$R/${p}_ps.json" read_mb_per_s)
-    row "$scen" "payload bytes/s vs raw range-GET ceiling" "$pay" "MB/s" "$desc" "$cmb" 0.9 \
+    amp=$(steady "$R/${p}_ps.json" amp)
+    # like for like: bytes pagestream fetched per second against bytes the plain loop fetched per second
+    row "$scen" "bytes read/s vs raw range-GET ceiling" "$rd" "MB/s" "$desc" "$cmb" 0.9 \
         "4 MiB pages, cache $NET_CACHE, raw bytes"
-    note "$scen" "pagestream read $(fmt "$rd") MB/s ($(calc "round(100*$rd/$cmb,1)")% of the ceiling), payload $(fmt "$pay") MB/s, read amplification $(fmt "$(steady "$R/${p}_ps.json" amp)" 3), $(jget "$R/${p}_ps.json" 'd["retries"]') retries; ceiling $(fmt "$cmb") MB/s ($(sed -n 's/.*\(requests=[0-9]*\).*/\1/p' "$R/${p}_ceiling.txt")); rounds (MiB/s of the ceiling, MB/s of payload; best kept): $(paste -sd ' ' "$R/${p}_rounds.txt" 2>/dev/null)."
-    echo "\"${p^^}\" $(calc "100*$pay/$cmb") 90" >> "$R/plot_storage.dat"
+    row "$scen" "payload bytes/s vs the same ceiling" "$pay" "MB/s" "$desc" "$cmb" - \
+        "payload includes pages kept in the cache across epoch boundaries"
+    note "$scen" "pagestream read $(fmt "$rd") MB/s, delivered $(fmt "$pay") MB/s of payload (read amplification $(fmt "$amp" 3): pages kept in the cache from one epoch to the next are not read again), $(jget "$R/${p}_ps.json" 'd["retries"]') retries; ceiling $(fmt "$cmb") MB/s ($(sed -n 's/.*\(requests=[0-9]*\).*/\1/p' "$R/${p}_ceiling.txt")); rounds (MiB/s of the ceiling and of io_read, MB/s read by pagestream; best of each kept): $(paste -sd ' ' "$R/${p}_rounds.txt" 2>/dev/null)."
+    echo "\"${p^^}\" $(calc "100*$rd/$cmb") 90" >> "$R/plot_storage.dat"
     local iomb
     iomb=$(ceiling_mb "$R/${p}_ioread.txt" 2>/dev/null)
-    [ -n "$iomb" ] && row "$scen" "payload bytes/s vs pagestream's backend alone" "$pay" "MB/s" \
+    [ -n "$iomb" ] && row "$scen" "bytes read/s vs pagestream's backend alone" "$rd" "MB/s" \
         "io_read: the $p backend, QD 8, 4 MiB sequential" "$iomb" - "separates the backend's share of a gap from the loader's"
+    if [ -s "$R/${p}_seq.json" ]; then
+        row "$scen" "diagnostic: order sequential, bytes read/s vs the ceiling" "$(steady "$R/${p}_seq.json" read_mb_per_s)" "MB/s" \
+            "$desc" "$cmb" - "no quasi-random window: read-ahead is bounded by the cache only"
+    fi
 }
 
 scenario_http() {
@@ -495,12 +510,15 @@ scenario_http() {
         "$PS" bench "$url" --transform none --order quasi_random --queue-depth $par --cache-size $NET_CACHE \
             --epochs $NET_EPOCHS --threads "$NPROC" --json > "$R/http_ps.$r.json" 2> "$R/http_ps.err" \
             || log "pagestream failed: $(tail -n 2 "$R/http_ps.err")"
+        if [ -x "$TOOLS/io_read" ]; then
+            log "http round $r/$ROUNDS: io_read (pagestream's http backend alone, 4 MiB reads, queue depth $par)"
+            "$TOOLS/io_read" "$url" --qd $par --bs 4M > "$R/http_ioread.$r.txt" 2>&1 || log "io_read failed: $(tail -n 1 "$R/http_ioread.$r.txt")"
+        fi
     done
     net_best http
-    if [ -x "$TOOLS/io_read" ]; then
-        log "http: io_read (pagestream's http backend alone, 4 MiB reads, queue depth $par)"
-        "$TOOLS/io_read" "$url" --qd $par --bs 4M > "$R/http_ioread.txt" 2>&1 || log "io_read failed: $(tail -n 1 "$R/http_ioread.txt")"
-    fi
+    log "http: diagnostic: pagestream with --order sequential (read-ahead not bounded by a window)"
+    "$PS" bench "$url" --transform none --order sequential --queue-depth $par --cache-size $NET_CACHE \
+        --epochs $NET_EPOCHS --threads "$NPROC" --json > "$R/http_seq.json" 2> "$R/http_seq.err" || rm -f "$R/http_seq.json"
     net_rows "HTTP (nginx, +50 ms first byte)" http "curl multi range GETs, $par parallel"
     note "HTTP (nginx, +50 ms first byte)" "measured time to first byte through /delay/: ${lat} s."
     nginx_stop
