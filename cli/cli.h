@@ -43,6 +43,10 @@ int cli_size(const char *name, const char *arg, uint64_t *out);
 const char *cli_bytes(uint64_t n, char *buf);
 double cli_seconds(uint64_t t0_ns);
 
+/* "sequential", "random", "quasi_random" (also "quasi-random", "quasi") <-> enum ps_order; -1 if unknown */
+int cli_parse_order(const char *s, int *out);
+const char *cli_order_name(int order);
+
 /* ---- options of commands that read a dataset ---- */
 /* long option ids; include CLI_READ_LONGOPTS in a getopt_long table and pass
  * unknown ids to cli_read_opt */

@@ -122,24 +122,6 @@ static double random_diversity(const struct ps_dataset *ds, const struct ps_opti
     return d;
 }
 
-static int parse_order(const char *s, int *out)
-{
-    if (!strcmp(s, "sequential"))
-        *out = PS_ORDER_SEQUENTIAL;
-    else if (!strcmp(s, "random"))
-        *out = PS_ORDER_RANDOM;
-    else if (!strcmp(s, "quasi_random") || !strcmp(s, "quasi-random") || !strcmp(s, "quasi"))
-        *out = PS_ORDER_QUASI_RANDOM;
-    else
-        return -1;
-    return 0;
-}
-
-static const char *order_name(int o)
-{
-    return o == PS_ORDER_SEQUENTIAL ? "sequential" : o == PS_ORDER_RANDOM ? "random" : "quasi_random";
-}
-
 static volatile sig_atomic_t stop_signal;
 
 static void on_signal(int sig)
@@ -234,7 +216,7 @@ int cmd_bench(int argc, char **argv)
                 return CLI_USAGE;
             break;
         case OPT_ORDER:
-            if (parse_order(optarg, &o.order) < 0)
+            if (cli_parse_order(optarg, &o.order) < 0)
                 return cli_usage_error("--order %s: use sequential, random or quasi_random", optarg);
             break;
         case OPT_BATCH:
@@ -428,7 +410,7 @@ int cmd_bench(int argc, char **argv)
             printf("bench %s: %llu samples, %llu pages of %s, order %s, batch %u, cache %s (%llu slots%s), "
                    "%s\n",
                    ds->name, (unsigned long long)st0.nsamples, (unsigned long long)st0.npages,
-                   cli_bytes(st0.page_size, b1), order_name(o.order), o.batch_size, cli_bytes(st0.mem_arena, b2),
+                   cli_bytes(st0.page_size, b1), cli_order_name(o.order), o.batch_size, cli_bytes(st0.mem_arena, b2),
                    (unsigned long long)st0.cache_slots, st0.unit_mode ? ", single-sample reads" : "",
                    o.transform == PS_TRANSFORM_NONE ? "raw bytes" : "decode + crop");
     }
@@ -562,7 +544,7 @@ int cmd_bench(int argc, char **argv)
             struct cli_json j;
             json_begin(&j, stdout);
             json_str(&j, "url", ds->name);
-            json_str(&j, "order", order_name(o.order));
+            json_str(&j, "order", cli_order_name(o.order));
             json_uint(&j, "batch_size", o.batch_size);
             json_uint(&j, "samples", st.nsamples);
             json_uint(&j, "pages", st.npages);

@@ -133,11 +133,6 @@ static double thread_cpu_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static const char *order_name(int o)
-{
-    return o == PS_ORDER_SEQUENTIAL ? "sequential" : o == PS_ORDER_RANDOM ? "random" : "quasi_random";
-}
-
 static const char *kind_name(int k)
 {
     return k == UNIT_SAMPLE ? "sample" : k == UNIT_PAGE ? "page" : "4 pages";
@@ -779,7 +774,7 @@ static void diagnose(struct doctor *d)
                       "the Huffman decoding that dominates.", d->threads, dc->cpu_ms,
                    dc->cpu_ms > 0 ? 1000.0 / dc->cpu_ms : 0);
         if (cache_holds_all && at && at->mb_s > 0)
-            advise(d, "The cache holds the whole dataset: storage paces only the first epoch (about %.1f s at %.0f "
+            advise(d, "The cache holds the whole dataset: storage paces only the first epoch (about %.2f s at %.0f "
                       "MB/s); later epochs read nothing.", (double)d->data_bytes / (at->mb_s * 1e6), at->mb_s);
         else if (st_ips > 0 && dec_ips > 0)
             advise(d, "Storage has %.1fx headroom over decode (%.0f against %.0f images/s): a smaller --cache-size "
@@ -837,7 +832,7 @@ static void print_text(const struct doctor *d)
                dc->threads, dc->images_s, dc->cpu_ms);
     else
         printf("%s\n", dc->err);
-    printf("\n3. pipeline (%s, batch %u, %d threads, cache %s): ", order_name(d->o.order), d->o.batch_size,
+    printf("\n3. pipeline (%s, batch %u, %d threads, cache %s): ", cli_order_name(d->o.order), d->o.batch_size,
            d->threads, cli_bytes(p->ran ? p->st.mem_arena : d->o.cache_size, b1));
     if (p->ran) {
         char amp[64];
@@ -922,7 +917,7 @@ static void print_json(const struct doctor *d)
     json_obj_end(&j);
     json_obj(&j, "pipeline");
     json_bool(&j, "ran", p->ran);
-    json_str(&j, "order", order_name(d->o.order));
+    json_str(&j, "order", cli_order_name(d->o.order));
     json_int(&j, "threads", d->threads);
     json_uint(&j, "batch_size", d->o.batch_size);
     if (p->ran) {
@@ -951,19 +946,6 @@ static void print_json(const struct doctor *d)
         json_str(&j, NULL, d->advice[i]);
     json_arr_end(&j);
     json_end(&j);
-}
-
-static int parse_order(const char *s, int *out)
-{
-    if (!strcmp(s, "sequential"))
-        *out = PS_ORDER_SEQUENTIAL;
-    else if (!strcmp(s, "random"))
-        *out = PS_ORDER_RANDOM;
-    else if (!strcmp(s, "quasi_random") || !strcmp(s, "quasi-random") || !strcmp(s, "quasi"))
-        *out = PS_ORDER_QUASI_RANDOM;
-    else
-        return -1;
-    return 0;
 }
 
 int cmd_doctor(int argc, char **argv)
@@ -1004,7 +986,7 @@ int cmd_doctor(int argc, char **argv)
             }
             break;
         case OPT_ORDER:
-            if (parse_order(optarg, &d->o.order) < 0) {
+            if (cli_parse_order(optarg, &d->o.order) < 0) {
                 rc = cli_usage_error("--order %s: use sequential, random or quasi_random", optarg);
                 goto out;
             }

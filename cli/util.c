@@ -341,3 +341,21 @@ void cli_outputs_abort_on_signal(void)
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 }
+
+int cli_parse_order(const char *s, int *out)
+{
+    if (!strcmp(s, "sequential"))
+        *out = PS_ORDER_SEQUENTIAL;
+    else if (!strcmp(s, "random"))
+        *out = PS_ORDER_RANDOM;
+    else if (!strcmp(s, "quasi_random") || !strcmp(s, "quasi-random") || !strcmp(s, "quasi"))
+        *out = PS_ORDER_QUASI_RANDOM;
+    else
+        return -1;
+    return 0;
+}
+
+const char *cli_order_name(int order)
+{
+    return order == PS_ORDER_SEQUENTIAL ? "sequential" : order == PS_ORDER_RANDOM ? "random" : "quasi_random";
+}

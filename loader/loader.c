@@ -868,10 +868,14 @@ int ps_loader_open(const char *url, const struct ps_options *opts, ps_loader **o
     if (l->io_depth < 1)
         l->io_depth = 1;
     /* random order with a cache smaller than the data: read single samples */
-    /* a rank reads only its share (plus two boundary pages) */
-    l->sample_mode = opts->order == PS_ORDER_RANDOM &&
-                     cache < data_bytes / (uint64_t)opts->world_size + 2 * (uint64_t)l->ds->page_size &&
-                     l->ds->max_span <= 1 && l->ds->nsamples > 0;
+    /* a rank reads only its share (plus up to two boundary pages), never more than the whole file */
+    {
+        uint64_t share = data_bytes;
+        if (opts->world_size > 1 && data_bytes / (uint64_t)opts->world_size + 2 * (uint64_t)l->ds->page_size < share)
+            share = data_bytes / (uint64_t)opts->world_size + 2 * (uint64_t)l->ds->page_size;
+        l->sample_mode = opts->order == PS_ORDER_RANDOM && cache < share && l->ds->max_span <= 1 &&
+                         l->ds->nsamples > 0;
+    }
     if (l->sample_mode) {
         l->nunits = l->ds->nsamples;
         l->slot_size = ((uint64_t)l->ds->max_sample_len + 2 * 4096 + 4095) & ~4095ull;
