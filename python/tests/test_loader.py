@@ -101,7 +101,8 @@ def setup_module():
     TMP = tempfile.mkdtemp(prefix="ps-py-", dir=os.environ.get("PS_TB") or None)
     FILES = make_imagefolder(os.path.join(TMP, "folder"), N, 4, 48, 160, seed=1)
     DS = os.path.join(TMP, "small.pgs")
-    pagestream.pack(os.path.join(TMP, "folder"), DS, page_size="64K", seed=5, quiet=True)
+    # JPEGs stored as they are (no restart-marker rewrite), so raw bytes can be compared with the files
+    pagestream.pack(os.path.join(TMP, "folder"), DS, page_size="64K", seed=5, quiet=True, no_restart_markers=True)
 
 
 def teardown_module():
