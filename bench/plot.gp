@@ -38,7 +38,7 @@ if (has("plot_ram.dat")) {
 
 # ---- 2. storage: % of the ceiling
 set offsets 0, 0, 0, 0
-set title "Storage paths: payload bytes/s, % of the ceiling"
+set title "Storage: % of the ceiling (EBS, NFS: payload; S3, HTTP: bytes read)"
 set style histogram clustered gap 1
 set xtics rotate by -25 font ",9"
 set ylabel "% of device limit / range-GET ceiling"

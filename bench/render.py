@@ -149,10 +149,12 @@ def why(rdir, scen, figure, value, ref, ratio, goal, machine):
                            "server's throughput moved during the run (see the rounds), so this run cannot split "
                            "the gap between backend and loader." % (tag, io))
             srd = None
+            window_limited = False
             if seq:
                 sep = seq["epochs"][1:] or seq["epochs"]
                 srd = sum(e["bytes_read"] for e in sep) / (sum(e["seconds"] for e in sep) or 1) / 1e6
             if srd and srd > 1.1 * rd:
+                window_limited = True
                 ahead = d.get("cache_slots", 0) - d.get("window_pages", 0)
                 out.append("The same loader with --order sequential read %.1f MB/s (%.0f%% of the ceiling): the "
                            "loss is quasi_random's admission. Its cache of %d slots keeps %d pages in the "
@@ -167,10 +169,15 @@ def why(rdir, scen, figure, value, ref, ratio, goal, machine):
                            (srd, "Swift's proxy is Python and shares the 2 cores with the client, whose own CPU "
                             "(page CRCs, copying samples into batches) it competes with, unlike curl_ceiling."
                             if tag == "s3" else "nginx shares the 2 cores with the client."))
-            out.append("To close it: size the read-ahead share by the backend's bandwidth-delay product rather "
-                       "than min(slots/4, 2 x depth) (e.g. 4 x depth slots when reads take tens of ms); a larger "
-                       "--cache-size alone does not help (the share is capped at 2 x depth), a larger "
-                       "--queue-depth does (it raises both the reads in flight and the cap).")
+            if window_limited or not srd:
+                out.append("To close it: size quasi_random's read-ahead share by the backend's bandwidth-delay "
+                           "product rather than min(slots/4, 2 x depth) (e.g. 4 x depth slots when reads take tens "
+                           "of ms); a larger --cache-size alone does not help (the share is capped at 2 x depth), a "
+                           "larger --queue-depth does (it raises both the reads in flight and the cap).")
+            else:
+                out.append("To close it: first measure on a machine where the server does not share the client's "
+                           "cores (compare the spread of the rounds in the evidence with the gap); the HTTP scenario, whose "
+                           "server is cheap, isolates the loader's own share of such a gap.")
     if not out:
         out.append("No counter explains it in this run; see the evidence above.")
     return " ".join(out)
