@@ -77,6 +77,10 @@ int cli_open_dataset(const char *url, const struct ps_io_opts *o, struct ps_io *
  * pipe becomes a write error that is reported. */
 void cli_outputs_abort_on_signal(void);
 
+/* Write the dataset's tables and footer, then commit the output under its
+ * name; prints the error. CLI_OK or CLI_FAIL (the caller closes both). */
+int cli_finish_output(struct ps_writer *w, struct ps_out *out, const char *out_url);
+
 /* ---- progress bar on stderr, only when stderr is a terminal ---- */
 struct cli_progress {
     int on;

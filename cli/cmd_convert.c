@@ -889,18 +889,8 @@ int cmd_convert(int argc, char **argv)
         goto out;
     cli_progress_end(&pr);
     stop_reader(&cv, &th, &started);
-    if ((rc = ps_writer_finish(w, err)) < 0) {
-        cli_error("%s: %s", out_url, err);
-        rc = CLI_FAIL;
+    if ((rc = cli_finish_output(w, out, out_url)) != CLI_OK)
         goto out;
-    }
-    if ((rc = ps_out_commit(out)) < 0) {
-        const char *m = ps_out_errmsg(out);
-        cli_error("%s: %s", out_url, *m ? m : ps_strerror(rc));
-        rc = CLI_FAIL;
-        goto out;
-    }
-    rc = CLI_OK;
     if (!quiet) {
         FILE *f = strcmp(out_url, "-") == 0 ? stderr : stdout;
         double secs = cli_seconds(t0);

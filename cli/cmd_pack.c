@@ -989,18 +989,8 @@ int cmd_pack(int argc, char **argv)
         rc = CLI_FAIL;
         goto done;
     }
-    if ((rc = ps_writer_finish(w, err)) < 0) {
-        cli_error("%s: %s", out_url, err);
-        rc = CLI_FAIL;
+    if ((rc = cli_finish_output(w, out, out_url)) != CLI_OK)
         goto done;
-    }
-    if ((rc = ps_out_commit(out)) < 0) {
-        const char *m = ps_out_errmsg(out);
-        cli_error("%s: %s", out_url, *m ? m : ps_strerror(rc));
-        rc = CLI_FAIL;
-        goto done;
-    }
-    rc = CLI_OK;
     if (!quiet) {
         double secs = cli_seconds(t0);
         uint64_t out_bytes = ps_out_tell(out);

@@ -359,3 +359,20 @@ const char *cli_order_name(int order)
 {
     return order == PS_ORDER_SEQUENTIAL ? "sequential" : order == PS_ORDER_RANDOM ? "random" : "quasi_random";
 }
+
+int cli_finish_output(struct ps_writer *w, struct ps_out *out, const char *out_url)
+{
+    char err[PS_ERRLEN];
+    int rc;
+
+    if ((rc = ps_writer_finish(w, err)) < 0) {
+        cli_error("%s: %s", out_url, err);
+        return CLI_FAIL;
+    }
+    if ((rc = ps_out_commit(out)) < 0) {
+        const char *m = ps_out_errmsg(out);
+        cli_error("%s: %s", out_url, *m ? m : ps_strerror(rc));
+        return CLI_FAIL;
+    }
+    return CLI_OK;
+}
